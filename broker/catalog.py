@@ -1,0 +1,156 @@
+"""An immutable snapshot of the catalog, so SEND and RECEIVE never re-read it.
+
+Every DDL statement bumps ``sb_database.catalog_version`` in its own transaction; a
+transaction reads that one number when it starts and reloads the snapshot only when it
+changed (another process or connection altered the catalog).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from sqlalchemy import select
+from sqlalchemy.engine import Connection
+
+from broker.models import (
+    BrokerDatabase,
+    Contract,
+    ContractMessageUsage,
+    MessageType,
+    Service,
+    ServiceContractUsage,
+    ServiceQueue,
+    XmlSchemaCollection,
+)
+
+if TYPE_CHECKING:
+    from lxml import etree
+
+
+@dataclass(frozen=True, slots=True)
+class MessageTypeInfo:
+    id: int
+    name: str
+    validation: str  # 'N', 'E' or 'X'
+    xml_collection_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ContractInfo:
+    id: int
+    name: str
+    # message type id -> (may the initiator send it, may the target send it)
+    usages: dict[int, tuple[bool, bool]]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    id: int
+    name: str
+    table_name: str
+    receive_enabled: bool
+    enqueue_enabled: bool
+    retention: bool
+    poison_message_handling: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceInfo:
+    id: int
+    name: str
+    queue_id: int
+    contract_ids: frozenset[int]
+
+
+@dataclass(slots=True)
+class Catalog:
+    version: int
+    broker_guid: uuid.UUID
+    broker_enabled: bool
+    message_types: dict[int, MessageTypeInfo]
+    message_types_by_name: dict[str, MessageTypeInfo]
+    contracts: dict[int, ContractInfo]
+    contracts_by_name: dict[str, ContractInfo]
+    queues: dict[int, QueueInfo]
+    queues_by_name: dict[str, QueueInfo]
+    services: dict[int, ServiceInfo]
+    services_by_name: dict[str, ServiceInfo]
+    schema_texts: dict[int, str]
+    _schemas: dict[int, etree.XMLSchema] = field(default_factory=dict)
+
+    def queue_named(self, name: str) -> QueueInfo | None:
+        # Queue names resolve case-insensitively, like SQL Server object names under
+        # its default collation (and like the view that carries the name).
+        found = self.queues_by_name.get(name)
+        if found is not None:
+            return found
+        lowered = name.lower()
+        return next((q for q in self.queues.values() if q.name.lower() == lowered), None)
+
+    def xml_schema(self, collection_id: int) -> etree.XMLSchema:
+        """The compiled schema of a collection, compiled once per snapshot."""
+        schema = self._schemas.get(collection_id)
+        if schema is None:
+            from broker.validation import compile_schema
+
+            schema = compile_schema(self.schema_texts[collection_id])
+            self._schemas[collection_id] = schema
+        return schema
+
+
+def catalog_version(conn: Connection) -> int:
+    return conn.execute(select(BrokerDatabase.catalog_version)).scalar_one()
+
+
+def load_catalog(conn: Connection) -> Catalog:
+    """Read the whole catalog in the caller's transaction."""
+    db = conn.execute(select(BrokerDatabase.__table__)).one()
+    message_types = {
+        row.message_type_id: MessageTypeInfo(row.message_type_id, row.name, row.validation, row.xml_collection_id)
+        for row in conn.execute(select(MessageType.__table__))
+    }
+    usages: dict[int, dict[int, tuple[bool, bool]]] = {}
+    for row in conn.execute(select(ContractMessageUsage.__table__)):
+        usages.setdefault(row.service_contract_id, {})[row.message_type_id] = (
+            bool(row.is_sent_by_initiator), bool(row.is_sent_by_target)
+        )
+    contracts = {
+        row.service_contract_id: ContractInfo(row.service_contract_id, row.name, usages.get(row.service_contract_id, {}))
+        for row in conn.execute(select(Contract.__table__))
+    }
+    queues = {
+        row.object_id: QueueInfo(
+            row.object_id, row.name, row.internal_table_name, bool(row.is_receive_enabled),
+            bool(row.is_enqueue_enabled), bool(row.is_retention_enabled),
+            bool(row.is_poison_message_handling_enabled),
+        )
+        for row in conn.execute(select(ServiceQueue.__table__))
+    }
+    service_contracts: dict[int, set[int]] = {}
+    for row in conn.execute(select(ServiceContractUsage.__table__)):
+        service_contracts.setdefault(row.service_id, set()).add(row.service_contract_id)
+    services = {
+        row.service_id: ServiceInfo(row.service_id, row.name, row.service_queue_id,
+                                    frozenset(service_contracts.get(row.service_id, ())))
+        for row in conn.execute(select(Service.__table__))
+    }
+    schema_texts = {
+        row.xml_collection_id: row.schema_text
+        for row in conn.execute(select(XmlSchemaCollection.xml_collection_id, XmlSchemaCollection.schema_text))
+    }
+    return Catalog(
+        version=db.catalog_version,
+        broker_guid=db.service_broker_guid,
+        broker_enabled=bool(db.is_broker_enabled),
+        message_types=message_types,
+        message_types_by_name={m.name: m for m in message_types.values()},
+        contracts=contracts,
+        contracts_by_name={c.name: c for c in contracts.values()},
+        queues=queues,
+        queues_by_name={q.name: q for q in queues.values()},
+        services=services,
+        services_by_name={s.name: s for s in services.values()},
+        schema_texts=schema_texts,
+    )

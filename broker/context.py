@@ -1,0 +1,45 @@
+"""What every broker verb works with: one connection inside one transaction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from sqlalchemy import update
+from sqlalchemy.engine import Connection
+
+from broker.catalog import Catalog, load_catalog
+from broker.models import BrokerDatabase
+
+if TYPE_CHECKING:
+    from broker.runtime_state import DatabaseState
+
+
+@dataclass(slots=True)
+class TxContext:
+    """A connection inside a transaction, the catalog it sees, and what it changed.
+
+    ``touched_queues`` collects the queues that received messages so that waiting
+    readers are woken once the transaction commits.
+    """
+
+    conn: Connection
+    state: DatabaseState
+    catalog: Catalog
+    touched_queues: set[int] = field(default_factory=set)
+
+    @staticmethod
+    def now() -> datetime:
+        return datetime.now(timezone.utc)
+
+    def catalog_changed(self) -> None:
+        """Record a DDL change: bump the shared version and reload this transaction's snapshot.
+
+        The new snapshot is not shared with other transactions: this one may still roll
+        back. They reload it from the committed version number.
+        """
+        self.conn.execute(
+            update(BrokerDatabase).values(catalog_version=BrokerDatabase.catalog_version + 1)
+        )
+        self.catalog = load_catalog(self.conn)

@@ -1,0 +1,163 @@
+"""``broker.connect(url)``: a broker database and its DDL, transactions and views."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from sqlalchemy import Engine, select, text
+from sqlalchemy.engine import Connection
+from sqlalchemy.orm import Session, sessionmaker
+
+from broker import objects, schema
+from broker.context import TxContext
+from broker.engine import create_broker_engine
+from broker.errors import BrokerError
+from broker.messages import Message
+from broker.queue_tables import queue_table
+from broker.receiving import message_from_row
+from broker.runtime_state import DatabaseState
+from broker.transaction import Transaction
+
+T = TypeVar("T")
+
+CATALOG_VIEWS = (
+    "databases", "xml_schema_collections", "service_message_types", "service_contracts",
+    "service_contract_message_usages", "service_queues", "services", "service_contract_usages",
+    "routes", "conversation_groups", "conversation_endpoints", "transmission_queue",
+)
+_VIEW_NAME = re.compile(r"^(?:sys\.)?([a-z_]+)$")
+
+
+def connect(url: str = "sqlite:///broker.db", *, upgrade: bool = True, **engine_options: Any) -> Broker:
+    """Open a broker database, creating the SQLite file and upgrading its schema to head.
+
+    ``upgrade=False`` opens it as it is (``broker upgrade`` migrates it later).
+    """
+    engine = create_broker_engine(url, **engine_options)
+    if upgrade:
+        schema.ensure_current(engine)
+    return Broker(engine)
+
+
+class Broker:
+    """One broker database. Every method that changes something runs in a transaction."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._state = DatabaseState(engine)
+        self.Session = sessionmaker(bind=engine)
+
+    # -- transactions ------------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self, *, session: Session | None = None,
+                    connection: Connection | None = None) -> Iterator[Transaction]:
+        """A broker transaction: commit on exit, rollback on an exception.
+
+        With ``session`` (or ``connection``) the verbs join the caller's transaction and
+        the caller commits or rolls back: application rows and messages then succeed or
+        fail together. Use ``db.Session()`` so that, on SQLite, the session's
+        transaction starts with ``BEGIN IMMEDIATE`` like the broker's own.
+        """
+        tx = Transaction(self._state, session=session, connection=connection)
+        joined = session is not None or connection is not None
+        try:
+            yield tx
+        except BaseException:
+            if not joined:
+                tx.rollback()
+            raise
+        else:
+            if not joined:
+                tx.commit()
+        finally:
+            tx.close()
+
+    def _ddl(self, verb: Callable[[TxContext], T]) -> T:
+        with self.transaction() as tx:
+            return tx.run(verb)
+
+    # -- objects -----------------------------------------------------------------------
+
+    def create_xml_schema_collection(self, name: str, xsd: str | bytes) -> None:
+        """CREATE XML SCHEMA COLLECTION name AS 'xsd' (one XSD document)."""
+        self._ddl(lambda ctx: objects.create_xml_schema_collection(ctx, name, xsd))
+
+    def create_message_type(self, name: str, validation: str = "NONE", schema_collection: str | None = None) -> None:
+        """CREATE MESSAGE TYPE name VALIDATION = NONE | EMPTY | WELL_FORMED_XML | VALID_XML."""
+        self._ddl(lambda ctx: objects.create_message_type(ctx, name, validation, schema_collection))
+
+    def create_contract(self, name: str, messages: Mapping[str, str] | Iterable[tuple[str, str]]) -> None:
+        """CREATE CONTRACT name (type SENT BY INITIATOR | TARGET | ANY, ...)."""
+        self._ddl(lambda ctx: objects.create_contract(ctx, name, messages))
+
+    def create_queue(self, name: str, status: bool = True, retention: bool = False,
+                     activation: Mapping[str, Any] | None = None, poison_message_handling: bool = True) -> None:
+        """CREATE QUEUE: an internal table plus a view named after the queue."""
+        self._ddl(lambda ctx: objects.create_queue(
+            ctx, name, status=status, retention=retention, activation=activation,
+            poison_message_handling=poison_message_handling))
+
+    def alter_queue(self, name: str, **options: Any) -> None:
+        """ALTER QUEUE: ``status``, ``retention``, ``activation`` (None drops it),
+        ``poison_message_handling``. Turning STATUS ON delivers held messages."""
+        unknown = set(options) - {"status", "retention", "activation", "poison_message_handling"}
+        if unknown:
+            raise BrokerError(0, f"unknown ALTER QUEUE option(s): {', '.join(sorted(unknown))}")
+        self._ddl(lambda ctx: objects.alter_queue(ctx, name, **options))
+
+    def create_service(self, name: str, queue: str, contracts: Iterable[str] = ()) -> None:
+        """CREATE SERVICE name ON QUEUE queue (contracts it can be the target of)."""
+        self._ddl(lambda ctx: objects.create_service(ctx, name, queue, contracts))
+
+    def drop_service(self, name: str) -> None:
+        self._ddl(lambda ctx: objects.drop_service(ctx, name))
+
+    def drop_queue(self, name: str) -> None:
+        self._ddl(lambda ctx: objects.drop_queue(ctx, name))
+
+    def drop_contract(self, name: str) -> None:
+        self._ddl(lambda ctx: objects.drop_contract(ctx, name))
+
+    def drop_message_type(self, name: str) -> None:
+        self._ddl(lambda ctx: objects.drop_message_type(ctx, name))
+
+    def set_broker_enabled(self, enabled: bool) -> None:
+        """ALTER DATABASE SET ENABLE_BROKER (True) / DISABLE_BROKER (False)."""
+        self._ddl(lambda ctx: objects.set_broker_enabled(ctx, enabled))
+
+    # -- looking -----------------------------------------------------------------------
+
+    def queue_rows(self, queue: str) -> list[Message]:
+        """SELECT * FROM queue: every row with its stored status, in queuing order."""
+        def read(ctx: TxContext) -> list[Message]:
+            info = ctx.catalog.queue_named(queue)
+            if info is None:
+                raise BrokerError(208, f"Invalid object name '{queue}'.")
+            table = queue_table(info.table_name)
+            rows = ctx.conn.execute(select(table).order_by(table.c.queuing_order)).all()
+            return [message_from_row(ctx, row, row.status) for row in rows]
+        return self._read(read)
+
+    def catalog(self, name: str) -> list[dict[str, Any]]:
+        """Rows of a catalog view (``"sys.conversation_endpoints"`` ...) as dicts."""
+        match = _VIEW_NAME.match(name.lower())
+        if match is None or match.group(1) not in CATALOG_VIEWS:
+            raise BrokerError(208, f"Invalid object name '{name}'.")
+        view = match.group(1)
+        quoted = f'sys."{view}"' if self.engine.dialect.name == "postgresql" else f'"sys.{view}"'
+        return self._read(lambda ctx: [dict(r._mapping) for r in ctx.conn.execute(text(f"SELECT * FROM {quoted}"))])
+
+    def _read(self, verb: Callable[[TxContext], T]) -> T:
+        with self.transaction() as tx:
+            return tx.run(verb)
+
+    def dispose(self) -> None:
+        """Close every pooled connection."""
+        self.engine.dispose()
+
+    def __repr__(self) -> str:
+        return f"<Broker {self.engine.url.render_as_string(hide_password=True)}>"

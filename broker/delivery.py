@@ -1,0 +1,297 @@
+"""Moving a message from its sending endpoint into the receiving queue.
+
+Inside one database a message is inserted straight into the target queue in the
+sender's transaction. When that is impossible (broker disabled, target service unknown,
+target queue OFF) it waits in ``sys.transmission_queue`` with a ``transmission_status``
+saying why, and every later message of the same dialog waits behind it, so a dialog is
+never reordered. DDL that can remove the cause (ALTER QUEUE, CREATE SERVICE, ENABLE
+BROKER) retries the waiting messages in its own transaction.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sqlalchemy import Row, delete, insert, select, update
+
+from broker import endpoints as ep
+from broker.catalog import QueueInfo
+from broker.context import TxContext
+from broker.queue_tables import RANK_DIALOG_TIMER, RANK_ERROR, RANK_SEQUENCED, queue_table
+from broker.system_messages import (
+    CONTRACT_NOT_SUPPORTED,
+    DIALOG_TIMER_ID,
+    ERROR_ID,
+    VALIDATION_FAILED,
+    error_body,
+)
+from broker.validation import body_failure
+
+Kind = Literal["message", "end", "error"]
+
+# transmission_status texts, verbatim from SQL Server.
+BROKER_DISABLED = "The broker is disabled in the sender's database."
+SERVICE_NOT_FOUND = (
+    "The target service name could not be found. Ensure that the service name is specified "
+    "correctly and/or the routing information has been supplied."
+)
+BROKER_NOT_FOUND = "Could not find the target broker in the local SQL Server instance."
+ERROR_RECEIVED = (
+    "Service Broker received an error message on this conversation. Service Broker will not "
+    "transmit the message; it will be held until the application ends the conversation."
+)
+
+
+def queue_disabled(name: str) -> str:
+    return f'The service queue "{name}" is currently disabled.'
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """A sequenced message leaving an endpoint."""
+
+    sequence: int
+    message_type_id: int
+    body: bytes | None
+    kind: Kind
+
+
+def transmit(ctx: TxContext, sender: Row[Any], out: Outgoing) -> bool:
+    """Deliver ``out`` now, or hold it; True when it left the sender (delivered or discarded)."""
+    if sender.held_messages:
+        _hold(ctx, sender, out, sender.transmission_status)
+        return False
+    reason = _deliver(ctx, sender, out)
+    if reason is not None:
+        _hold(ctx, sender, out, reason)
+        return False
+    if sender.transmission_status:
+        ep.set_endpoint(ctx, sender.conversation_handle, transmission_status="")
+    return True
+
+
+def enqueue(
+    ctx: TxContext,
+    receiver: Row[Any],
+    queue: QueueInfo,
+    sequence: int,
+    message_type_id: int,
+    body: bytes | None,
+    status: int = 1,
+) -> None:
+    """Insert one message for ``receiver`` into ``queue`` (already checked to accept it)."""
+    message_type = ctx.catalog.message_types[message_type_id]
+    ctx.conn.execute(insert(queue_table(queue.table_name)).values(
+        status=status, priority=receiver.priority,
+        conversation_group_id=receiver.conversation_group_id,
+        conversation_handle=receiver.conversation_handle, message_sequence_number=sequence,
+        service_id=receiver.service_id, service_contract_id=receiver.service_contract_id,
+        message_type_id=message_type_id, validation=message_type.validation, message_body=body,
+        message_enqueue_time=ctx.now(), receive_rank=_rank(message_type_id),
+    ))
+    if status == 1:
+        ctx.touched_queues.add(queue.id)
+
+
+def broker_error(ctx: TxContext, receiver: Row[Any], code: int, description: str) -> None:
+    """The broker ends ``receiver``'s dialog with an error: an Error message, state ER.
+
+    Broker errors are unsequenced. An endpoint that has already ended discards them.
+    """
+    if receiver.state in ("DO", "CD"):
+        return
+    ep.set_endpoint(ctx, receiver.conversation_handle, state="ER")
+    deliver_system_message(ctx, receiver, ERROR_ID, error_body(code, description))
+
+
+def deliver_system_message(ctx: TxContext, receiver: Row[Any], message_type_id: int, body: bytes | None) -> None:
+    """Put a broker-made message on the receiver's queue, or hold it while the queue is OFF."""
+    queue = _queue_of(ctx, receiver)
+    if queue.enqueue_enabled:
+        enqueue(ctx, receiver, queue, receiver.receive_sequence, message_type_id, body)
+        return
+    ctx.conn.execute(insert(ep.transmissions).values(
+        conversation_handle=receiver.conversation_handle,
+        to_conversation_handle=receiver.conversation_handle,
+        to_service_name=ctx.catalog.services[receiver.service_id].name,
+        to_broker_instance=str(ctx.catalog.broker_guid), from_service_name=receiver.far_service,
+        service_contract_id=receiver.service_contract_id, enqueue_time=ctx.now(),
+        message_sequence_number=receiver.receive_sequence, message_type_id=message_type_id,
+        is_conversation_error=message_type_id == ERROR_ID, is_end_of_dialog=False,
+        message_body=body, transmission_status=queue_disabled(queue.name), priority=receiver.priority,
+    ))
+
+
+def retry_held(ctx: TxContext, handles: set[uuid.UUID] | None = None) -> None:
+    """Try again to deliver what waits in the transmission queue, in order per dialog."""
+    query = select(ep.transmissions).order_by(ep.transmissions.c.message_id)
+    if handles is not None:
+        query = query.where(ep.transmissions.c.conversation_handle.in_(handles))
+    blocked: set[uuid.UUID] = set()
+    for row in ctx.conn.execute(query).all():
+        if row.conversation_handle in blocked:
+            continue
+        if row.to_conversation_handle is not None:
+            if not _retry_system_message(ctx, row):
+                blocked.add(row.conversation_handle)
+            continue
+        if not _retry_sequenced(ctx, row):
+            blocked.add(row.conversation_handle)
+
+
+def _retry_system_message(ctx: TxContext, row: Row[Any]) -> bool:
+    receiver = ctx.conn.execute(
+        select(ep.endpoints).where(ep.endpoints.c.conversation_handle == row.to_conversation_handle)
+    ).first()
+    if receiver is not None:
+        queue = _queue_of(ctx, receiver)
+        if not queue.enqueue_enabled:
+            return False
+        enqueue(ctx, receiver, queue, row.message_sequence_number, row.message_type_id, row.message_body)
+    ctx.conn.execute(delete(ep.transmissions).where(ep.transmissions.c.message_id == row.message_id))
+    return True
+
+
+def _retry_sequenced(ctx: TxContext, row: Row[Any]) -> bool:
+    sender = ctx.conn.execute(
+        select(ep.endpoints).where(ep.endpoints.c.conversation_handle == row.conversation_handle)
+    ).first()
+    if sender is None:
+        ctx.conn.execute(delete(ep.transmissions).where(ep.transmissions.c.message_id == row.message_id))
+        return True
+    if sender.state == "ER":
+        reason: str | None = ERROR_RECEIVED
+    else:
+        kind: Kind = "error" if row.is_conversation_error else "end" if row.is_end_of_dialog else "message"
+        reason = _deliver(ctx, sender, Outgoing(row.message_sequence_number, row.message_type_id,
+                                                row.message_body, kind))
+    if reason is not None:
+        ctx.conn.execute(update(ep.transmissions).where(ep.transmissions.c.message_id == row.message_id)
+                         .values(transmission_status=reason))
+        ep.set_endpoint(ctx, sender.conversation_handle, transmission_status=reason)
+        return False
+    ctx.conn.execute(delete(ep.transmissions).where(ep.transmissions.c.message_id == row.message_id))
+    remaining = sender.held_messages - 1
+    ep.set_endpoint(ctx, sender.conversation_handle, held_messages=remaining,
+                    transmission_status="" if remaining == 0 else sender.transmission_status)
+    if sender.state == "DO" and (row.is_end_of_dialog or row.is_conversation_error):
+        # The far side now has our EndDialog/Error: that is its acknowledgement.
+        ep.close_endpoint(ctx, sender)
+    return True
+
+
+def _deliver(ctx: TxContext, sender: Row[Any], out: Outgoing) -> str | None:
+    """Deliver one message; None when done (or discarded), else why it must wait."""
+    if not ctx.catalog.broker_enabled:
+        return BROKER_DISABLED
+    peer = ep.peer_of(ctx, sender)
+    if peer is None:
+        if not sender.is_initiator:
+            return None  # the initiator has ended and is gone: nothing to deliver to
+        return _deliver_first(ctx, sender, out)
+    if peer.state in ("DO", "CD"):
+        return None  # the far side has ended: it discards whatever still arrives
+    queue = _queue_of(ctx, peer)
+    if not queue.enqueue_enabled:
+        return queue_disabled(queue.name)
+    if out.kind == "message" and _reject_invalid_body(ctx, sender, peer, out):
+        return None
+    enqueue(ctx, peer, queue, out.sequence, out.message_type_id, out.body)
+    _after_arrival(ctx, peer, out)
+    return None
+
+
+def _deliver_first(ctx: TxContext, sender: Row[Any], out: Outgoing) -> str | None:
+    """The first message of a dialog: find the target service and create its endpoint."""
+    catalog = ctx.catalog
+    pinned = sender.far_broker_instance
+    if pinned is not None and pinned.lower() != str(catalog.broker_guid):
+        return BROKER_NOT_FOUND
+    service = catalog.services_by_name.get(sender.far_service)
+    if service is None:
+        return SERVICE_NOT_FOUND
+    contract = catalog.contracts[sender.service_contract_id]
+    if contract.id not in service.contract_ids:
+        broker_error(ctx, sender, CONTRACT_NOT_SUPPORTED,
+                     f"Target service '{service.name}' does not support contract '{contract.name}'.")
+        return None
+    queue = catalog.queues[service.queue_id]
+    if not queue.enqueue_enabled:
+        return queue_disabled(queue.name)
+    if out.kind == "message" and _reject_invalid_body(ctx, sender, None, out):
+        return None
+    group_id = uuid.uuid4()
+    ep.create_group(ctx, group_id, service.id)
+    guid = str(catalog.broker_guid)
+    handle = ep.create_endpoint(
+        ctx, conversation_id=sender.conversation_id, is_initiator=False, contract_id=contract.id,
+        group_id=group_id, service_id=service.id, lifetime=sender.lifetime, state="CO",
+        far_service=catalog.services[sender.service_id].name, far_broker_instance=guid,
+        receive_sequence=out.sequence,
+    )
+    # The first acknowledgement tells the initiator which broker holds the target.
+    ep.set_endpoint(ctx, sender.conversation_handle, far_broker_instance=guid)
+    peer = ep.get_endpoint(ctx, handle)
+    enqueue(ctx, peer, queue, out.sequence, out.message_type_id, out.body)
+    _after_arrival(ctx, peer, out)
+    return None
+
+
+def _after_arrival(ctx: TxContext, receiver: Row[Any], out: Outgoing) -> None:
+    values: dict[str, Any] = {"receive_sequence": out.sequence + 1}
+    if out.kind == "end" and receiver.state in ("SO", "SI", "CO"):
+        values["state"] = "DI"
+    elif out.kind == "error":
+        values["state"] = "ER"
+    ep.set_endpoint(ctx, receiver.conversation_handle, **values)
+
+
+def _reject_invalid_body(ctx: TxContext, sender: Row[Any], receiver: Row[Any] | None, out: Outgoing) -> bool:
+    """Validate at delivery; on failure the message is discarded and the dialog errors.
+
+    The sender gets Error -9615 as SQL Server documents. The receiving endpoint, when it
+    exists, gets the same error: the dialog cannot continue with a hole in its sequence.
+    """
+    message_type = ctx.catalog.message_types[out.message_type_id]
+    failure = body_failure(ctx.catalog, message_type, out.body)
+    if failure is None:
+        return False
+    description = (
+        f"A message of type '{message_type.name}' failed XML validation on the target service. "
+        f"{failure} This occurred in the message with Conversation ID '{str(sender.conversation_id).upper()}', "
+        f"Initiator: {int(sender.is_initiator)}, and Message sequence number: {out.sequence}."
+    )
+    broker_error(ctx, sender, VALIDATION_FAILED, description)
+    if receiver is not None:
+        broker_error(ctx, receiver, VALIDATION_FAILED, description)
+    return True
+
+
+def _hold(ctx: TxContext, sender: Row[Any], out: Outgoing, reason: str) -> None:
+    catalog = ctx.catalog
+    ctx.conn.execute(insert(ep.transmissions).values(
+        conversation_handle=sender.conversation_handle, to_conversation_handle=None,
+        to_service_name=sender.far_service, to_broker_instance=sender.far_broker_instance,
+        from_service_name=catalog.services[sender.service_id].name,
+        service_contract_id=sender.service_contract_id, enqueue_time=ctx.now(),
+        message_sequence_number=out.sequence, message_type_id=out.message_type_id,
+        is_conversation_error=out.kind == "error", is_end_of_dialog=out.kind == "end",
+        message_body=out.body, transmission_status=reason, priority=sender.priority,
+    ))
+    ep.set_endpoint(ctx, sender.conversation_handle, held_messages=ep.endpoints.c.held_messages + 1,
+                    transmission_status=reason)
+
+
+def _queue_of(ctx: TxContext, endpoint: Row[Any]) -> QueueInfo:
+    return ctx.catalog.queues[ctx.catalog.services[endpoint.service_id].queue_id]
+
+
+def _rank(message_type_id: int) -> int:
+    if message_type_id == DIALOG_TIMER_ID:
+        return RANK_DIALOG_TIMER
+    if message_type_id == ERROR_ID:
+        return RANK_ERROR
+    return RANK_SEQUENCED
+

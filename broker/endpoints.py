@@ -1,0 +1,134 @@
+"""Conversation endpoints and groups: reading, creating and removing them."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Row, delete, exists, insert, select, update
+
+from broker.context import TxContext
+from broker.errors import BrokerError, ConversationNotFoundError
+from broker.models import ConversationEndpoint, ConversationGroup, TransmissionQueueEntry
+from broker.queue_tables import queue_table
+
+endpoints = ConversationEndpoint.__table__
+groups = ConversationGroup.__table__
+transmissions = TransmissionQueueEntry.__table__
+
+DEFAULT_PRIORITY = 5
+# States in which an endpoint may still SEND.
+SENDABLE_STATES = frozenset({"SO", "SI", "CO"})
+
+
+def as_handle(value: object) -> uuid.UUID:
+    """A conversation handle from a UUID or its text; None is error 8418."""
+    if value is None:
+        raise BrokerError(8418)
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise ConversationNotFoundError(value) from None
+
+
+def get_endpoint(ctx: TxContext, handle: object) -> Row[Any]:
+    """The endpoint row of ``handle``; 8426 if there is none."""
+    h = as_handle(handle)
+    row = ctx.conn.execute(select(endpoints).where(endpoints.c.conversation_handle == h)).first()
+    if row is None:
+        raise ConversationNotFoundError(h)
+    return row
+
+
+def peer_of(ctx: TxContext, endpoint: Row[Any]) -> Row[Any] | None:
+    """The other side's endpoint when it lives in this database."""
+    return ctx.conn.execute(
+        select(endpoints).where(
+            endpoints.c.conversation_id == endpoint.conversation_id,
+            endpoints.c.is_initiator == (not endpoint.is_initiator),
+        )
+    ).first()
+
+
+def set_endpoint(ctx: TxContext, handle: uuid.UUID, **values: Any) -> None:
+    ctx.conn.execute(update(endpoints).where(endpoints.c.conversation_handle == handle).values(**values))
+
+
+def get_group(ctx: TxContext, group_id: uuid.UUID) -> Row[Any] | None:
+    return ctx.conn.execute(select(groups).where(groups.c.conversation_group_id == group_id)).first()
+
+
+def create_group(ctx: TxContext, group_id: uuid.UUID, service_id: int) -> None:
+    queue_id = ctx.catalog.services[service_id].queue_id
+    ctx.conn.execute(insert(groups).values(
+        conversation_group_id=group_id, service_id=service_id, queue_id=queue_id, is_system=False,
+    ))
+
+
+def create_endpoint(
+    ctx: TxContext,
+    *,
+    conversation_id: uuid.UUID,
+    is_initiator: bool,
+    contract_id: int,
+    group_id: uuid.UUID,
+    service_id: int,
+    lifetime: datetime,
+    state: str,
+    far_service: str,
+    far_broker_instance: str | None,
+    receive_sequence: int = 0,
+) -> uuid.UUID:
+    handle = uuid.uuid4()
+    ctx.conn.execute(insert(endpoints).values(
+        conversation_handle=handle, conversation_id=conversation_id, is_initiator=is_initiator,
+        service_contract_id=contract_id, conversation_group_id=group_id, service_id=service_id,
+        lifetime=lifetime, state=state, far_service=far_service,
+        far_broker_instance=far_broker_instance, dialog_timer=None, send_sequence=0,
+        end_dialog_sequence=-1, receive_sequence=receive_sequence, system_sequence=0,
+        priority=DEFAULT_PRIORITY, is_system=False, held_messages=0, transmission_status="",
+        create_date=ctx.now(), closed_date=None,
+    ))
+    return handle
+
+
+def remove_local_messages(ctx: TxContext, endpoint: Row[Any]) -> None:
+    """Delete every message of this conversation from its local queue (retained ones too)."""
+    queue = ctx.catalog.queues[ctx.catalog.services[endpoint.service_id].queue_id]
+    table = queue_table(queue.table_name)
+    ctx.conn.execute(delete(table).where(table.c.conversation_handle == endpoint.conversation_handle))
+
+
+def drop_held_messages(ctx: TxContext, handle: uuid.UUID) -> None:
+    """Discard this endpoint's undelivered messages from the transmission queue."""
+    ctx.conn.execute(delete(transmissions).where(
+        (transmissions.c.conversation_handle == handle) | (transmissions.c.to_conversation_handle == handle)
+    ))
+
+
+def close_endpoint(ctx: TxContext, endpoint: Row[Any]) -> None:
+    """Both sides are done: drop an initiator endpoint, keep a target one as CD.
+
+    SQL Server removes closed initiator endpoints and keeps target endpoints CLOSED for
+    a while as replay protection; the runtime purges them later.
+    """
+    if endpoint.is_initiator:
+        delete_endpoint(ctx, endpoint)
+    else:
+        set_endpoint(ctx, endpoint.conversation_handle, state="CD", closed_date=ctx.now(),
+                     dialog_timer=None, held_messages=0)
+
+
+def delete_endpoint(ctx: TxContext, endpoint: Row[Any]) -> None:
+    ctx.conn.execute(delete(endpoints).where(endpoints.c.conversation_handle == endpoint.conversation_handle))
+    drop_group_if_empty(ctx, endpoint.conversation_group_id)
+
+
+def drop_group_if_empty(ctx: TxContext, group_id: uuid.UUID) -> None:
+    """A group lives while any of its conversations does."""
+    in_use = select(exists().where(endpoints.c.conversation_group_id == group_id))
+    if not ctx.conn.execute(in_use).scalar():
+        ctx.conn.execute(delete(groups).where(groups.c.conversation_group_id == group_id))

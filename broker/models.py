@@ -1,0 +1,221 @@
+"""The static catalog: typed SQLAlchemy models of every broker object.
+
+Alembic revisions in ``migrations/`` build exactly this schema (a test compares them).
+Per-queue message tables are not here: ``CREATE QUEUE`` makes them at runtime
+(:mod:`broker.queue_tables`). All tables carry the ``sb_`` prefix so that user queue
+views (named after the queue) rarely collide with them; collisions are refused anyway.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    SmallInteger,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from broker.types import GUID, UTCDateTime
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+SYSNAME = 128  # SQL Server's sysname: the longest object name
+FIRST_USER_OBJECT_ID = 65536  # user-created broker objects get ids from here on
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class BrokerDatabase(Base):
+    """The one row describing this broker database (``sys.databases`` columns)."""
+
+    __tablename__ = "sb_database"
+
+    database_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    service_broker_guid: Mapped[uuid.UUID] = mapped_column(GUID())
+    is_broker_enabled: Mapped[bool] = mapped_column(Boolean)
+    is_honor_broker_priority_on: Mapped[bool] = mapped_column(Boolean)
+    # Bumped by every DDL statement: processes compare it to know when their cached
+    # copy of the catalog is stale.
+    catalog_version: Mapped[int] = mapped_column(BigInteger)
+    create_date: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class XmlSchemaCollection(Base):
+    __tablename__ = "sb_xml_schema_collections"
+
+    xml_collection_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    name: Mapped[str] = mapped_column(String(SYSNAME), unique=True)
+    schema_text: Mapped[str] = mapped_column(Text)
+    create_date: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class MessageType(Base):
+    __tablename__ = "sb_message_types"
+
+    message_type_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    name: Mapped[str] = mapped_column(String(SYSNAME), unique=True)
+    # N none, E empty, X XML (well formed or valid against xml_collection_id)
+    validation: Mapped[str] = mapped_column(String(2))
+    xml_collection_id: Mapped[int | None] = mapped_column(
+        ForeignKey("sb_xml_schema_collections.xml_collection_id")
+    )
+    is_ms_shipped: Mapped[bool] = mapped_column(Boolean)
+
+
+class Contract(Base):
+    __tablename__ = "sb_contracts"
+
+    service_contract_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    name: Mapped[str] = mapped_column(String(SYSNAME), unique=True)
+    is_ms_shipped: Mapped[bool] = mapped_column(Boolean)
+
+
+class ContractMessageUsage(Base):
+    __tablename__ = "sb_contract_message_usages"
+
+    service_contract_id: Mapped[int] = mapped_column(
+        ForeignKey("sb_contracts.service_contract_id", ondelete="CASCADE"), primary_key=True
+    )
+    message_type_id: Mapped[int] = mapped_column(
+        ForeignKey("sb_message_types.message_type_id"), primary_key=True, index=True
+    )
+    is_sent_by_initiator: Mapped[bool] = mapped_column(Boolean)
+    is_sent_by_target: Mapped[bool] = mapped_column(Boolean)
+
+
+class ServiceQueue(Base):
+    __tablename__ = "sb_queues"
+
+    object_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    name: Mapped[str] = mapped_column(String(SYSNAME), unique=True)
+    # STATUS = OFF clears both flags; SQL Server shows the pair in sys.service_queues.
+    is_receive_enabled: Mapped[bool] = mapped_column(Boolean)
+    is_enqueue_enabled: Mapped[bool] = mapped_column(Boolean)
+    is_retention_enabled: Mapped[bool] = mapped_column(Boolean)
+    is_activation_enabled: Mapped[bool] = mapped_column(Boolean)
+    activation_procedure: Mapped[str | None] = mapped_column(String(776))
+    max_readers: Mapped[int] = mapped_column(SmallInteger)
+    execute_as: Mapped[str | None] = mapped_column(String(SYSNAME))
+    is_poison_message_handling_enabled: Mapped[bool] = mapped_column(Boolean)
+    # The hidden table holding the messages, and the layout it was made with, so
+    # that a later migration can find and upgrade every queue's table.
+    internal_table_name: Mapped[str] = mapped_column(String(SYSNAME), unique=True)
+    layout_version: Mapped[int] = mapped_column(Integer)
+    create_date: Mapped[datetime] = mapped_column(UTCDateTime())
+    modify_date: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class Service(Base):
+    __tablename__ = "sb_services"
+
+    service_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    name: Mapped[str] = mapped_column(String(SYSNAME), unique=True)
+    service_queue_id: Mapped[int] = mapped_column(ForeignKey("sb_queues.object_id"), index=True)
+
+
+class ServiceContractUsage(Base):
+    __tablename__ = "sb_service_contract_usages"
+
+    service_id: Mapped[int] = mapped_column(
+        ForeignKey("sb_services.service_id", ondelete="CASCADE"), primary_key=True
+    )
+    service_contract_id: Mapped[int] = mapped_column(
+        ForeignKey("sb_contracts.service_contract_id"), primary_key=True, index=True
+    )
+
+
+class Route(Base):
+    __tablename__ = "sb_routes"
+
+    route_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    name: Mapped[str] = mapped_column(String(SYSNAME), unique=True)
+    remote_service_name: Mapped[str | None] = mapped_column(String(256))
+    broker_instance: Mapped[str | None] = mapped_column(String(128))
+    lifetime: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    address: Mapped[str] = mapped_column(String(256))
+    mirror_address: Mapped[str | None] = mapped_column(String(256))
+
+
+class ConversationGroup(Base):
+    __tablename__ = "sb_conversation_groups"
+
+    conversation_group_id: Mapped[uuid.UUID] = mapped_column(GUID(), primary_key=True)
+    service_id: Mapped[int] = mapped_column(Integer)
+    queue_id: Mapped[int] = mapped_column(Integer, index=True)
+    is_system: Mapped[bool] = mapped_column(Boolean)
+
+
+class ConversationEndpoint(Base):
+    __tablename__ = "sb_conversation_endpoints"
+    __table_args__ = (
+        UniqueConstraint("conversation_id", "is_initiator"),
+        Index("ix_sb_conversation_endpoints_dialog_timer", "dialog_timer"),
+        Index("ix_sb_conversation_endpoints_lifetime", "lifetime"),
+    )
+
+    conversation_handle: Mapped[uuid.UUID] = mapped_column(GUID(), primary_key=True)
+    conversation_id: Mapped[uuid.UUID] = mapped_column(GUID())
+    is_initiator: Mapped[bool] = mapped_column(Boolean)
+    service_contract_id: Mapped[int] = mapped_column(Integer)
+    conversation_group_id: Mapped[uuid.UUID] = mapped_column(GUID(), index=True)
+    service_id: Mapped[int] = mapped_column(Integer)
+    lifetime: Mapped[datetime] = mapped_column(UTCDateTime())
+    state: Mapped[str] = mapped_column(String(2))
+    far_service: Mapped[str] = mapped_column(String(256))
+    far_broker_instance: Mapped[str | None] = mapped_column(String(128))
+    dialog_timer: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    send_sequence: Mapped[int] = mapped_column(BigInteger)
+    end_dialog_sequence: Mapped[int] = mapped_column(BigInteger)
+    receive_sequence: Mapped[int] = mapped_column(BigInteger)
+    system_sequence: Mapped[int] = mapped_column(BigInteger)
+    priority: Mapped[int] = mapped_column(SmallInteger)
+    is_system: Mapped[bool] = mapped_column(Boolean)
+    # Messages of this endpoint waiting in the transmission queue: while any wait,
+    # later ones must wait behind them to keep the dialog in order.
+    held_messages: Mapped[int] = mapped_column(Integer)
+    # GET_TRANSMISSION_STATUS: why the last delivery attempt failed ('' if it did not).
+    transmission_status: Mapped[str] = mapped_column(String(4000))
+    create_date: Mapped[datetime] = mapped_column(UTCDateTime())
+    closed_date: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class TransmissionQueueEntry(Base):
+    __tablename__ = "sb_transmission_queue"
+    __table_args__ = (
+        Index("ix_sb_transmission_queue_handle_seq", "conversation_handle", "message_sequence_number"),
+    )
+
+    message_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    conversation_handle: Mapped[uuid.UUID] = mapped_column(GUID())
+    # The receiving endpoint once it is known (every message after the first one).
+    to_conversation_handle: Mapped[uuid.UUID | None] = mapped_column(GUID())
+    to_service_name: Mapped[str] = mapped_column(String(256))
+    to_broker_instance: Mapped[str | None] = mapped_column(String(128))
+    from_service_name: Mapped[str] = mapped_column(String(256))
+    service_contract_id: Mapped[int] = mapped_column(Integer)
+    enqueue_time: Mapped[datetime] = mapped_column(UTCDateTime())
+    message_sequence_number: Mapped[int] = mapped_column(BigInteger)
+    message_type_id: Mapped[int] = mapped_column(Integer)
+    is_conversation_error: Mapped[bool] = mapped_column(Boolean)
+    is_end_of_dialog: Mapped[bool] = mapped_column(Boolean)
+    message_body: Mapped[bytes | None] = mapped_column(LargeBinary)
+    transmission_status: Mapped[str] = mapped_column(String(4000))
+    priority: Mapped[int] = mapped_column(SmallInteger)

@@ -1,0 +1,294 @@
+"""CREATE / ALTER / DROP of message types, contracts, queues, services; ENABLE_BROKER.
+
+Each function runs in the caller's transaction, checks before it writes, and ends with
+``ctx.catalog_changed()`` so other processes reload their catalog snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from sqlalchemy import delete, func, insert, select, update
+
+from broker import endpoints as ep
+from broker.context import TxContext
+from broker.delivery import broker_error, retry_held
+from broker.errors import BrokerError
+from broker.models import (
+    FIRST_USER_OBJECT_ID,
+    SYSNAME,
+    BrokerDatabase,
+    Contract,
+    ContractMessageUsage,
+    MessageType,
+    Service,
+    ServiceContractUsage,
+    ServiceQueue,
+    XmlSchemaCollection,
+)
+from broker.queue_tables import (
+    LAYOUT_VERSION,
+    create_queue_storage,
+    drop_queue_storage,
+    internal_table_name,
+    object_name_taken,
+    queue_table,
+    validate_queue_name,
+)
+from broker.system_messages import REMOTE_SERVICE_DROPPED
+from broker.validation import compile_schema
+
+VALIDATIONS = {"NONE": "N", "EMPTY": "E", "WELL_FORMED_XML": "X", "VALID_XML": "X"}
+DIRECTIONS = {"INITIATOR": (True, False), "TARGET": (False, True), "ANY": (True, True)}
+UNSET: Any = object()
+
+
+def create_xml_schema_collection(ctx: TxContext, name: str, xsd: str | bytes) -> None:
+    _check_name(name, "XML schema collection")
+    text = xsd.decode("utf-8") if isinstance(xsd, bytes) else xsd
+    compile_schema(text)
+    if ctx.conn.execute(select(XmlSchemaCollection).where(XmlSchemaCollection.name == name)).first():
+        raise BrokerError(2714, name=name)
+    ctx.conn.execute(insert(XmlSchemaCollection).values(
+        xml_collection_id=_next_id(ctx, XmlSchemaCollection.xml_collection_id), name=name,
+        schema_text=text, create_date=ctx.now(),
+    ))
+    ctx.catalog_changed()
+
+
+def create_message_type(ctx: TxContext, name: str, validation: str, schema_collection: str | None) -> None:
+    _check_name(name, "message type")
+    kind = str(validation).upper()
+    if kind not in VALIDATIONS:
+        raise BrokerError(0, f"VALIDATION must be one of {', '.join(VALIDATIONS)}; got {validation!r}")
+    collection_id = None
+    if kind == "VALID_XML":
+        if schema_collection is None:
+            raise BrokerError(0, "VALIDATION = VALID_XML needs WITH SCHEMA COLLECTION")
+        collection_id = ctx.conn.execute(
+            select(XmlSchemaCollection.xml_collection_id).where(XmlSchemaCollection.name == schema_collection)
+        ).scalar()
+        if collection_id is None:
+            raise BrokerError(15151, kind="XML schema collection", name=schema_collection)
+    elif schema_collection is not None:
+        raise BrokerError(0, "a schema collection goes only with VALIDATION = VALID_XML")
+    if name in ctx.catalog.message_types_by_name:
+        raise BrokerError(2714, name=name)
+    ctx.conn.execute(insert(MessageType).values(
+        message_type_id=_next_id(ctx, MessageType.message_type_id), name=name,
+        validation=VALIDATIONS[kind], xml_collection_id=collection_id, is_ms_shipped=False,
+    ))
+    ctx.catalog_changed()
+
+
+def create_contract(ctx: TxContext, name: str, messages: Mapping[str, str] | Iterable[tuple[str, str]]) -> None:
+    _check_name(name, "contract")
+    pairs = list(messages.items()) if isinstance(messages, Mapping) else list(messages)
+    usages: dict[int, tuple[bool, bool]] = {}
+    for type_name, direction in pairs:
+        message_type = ctx.catalog.message_types_by_name.get(type_name)
+        if message_type is None:
+            raise BrokerError(8428, name=type_name)
+        if message_type.id in usages:
+            raise BrokerError(8403, name=type_name)
+        sent_by = DIRECTIONS.get(str(direction).upper())
+        if sent_by is None:
+            raise BrokerError(0, f"SENT BY must be INITIATOR, TARGET or ANY; got {direction!r}")
+        usages[message_type.id] = sent_by
+    if not any(by_initiator for by_initiator, _ in usages.values()):
+        raise BrokerError(8492, name=name)
+    if name in ctx.catalog.contracts_by_name:
+        raise BrokerError(2714, name=name)
+    contract_id = _next_id(ctx, Contract.service_contract_id)
+    ctx.conn.execute(insert(Contract).values(service_contract_id=contract_id, name=name, is_ms_shipped=False))
+    ctx.conn.execute(insert(ContractMessageUsage), [
+        {"service_contract_id": contract_id, "message_type_id": type_id,
+         "is_sent_by_initiator": by_initiator, "is_sent_by_target": by_target}
+        for type_id, (by_initiator, by_target) in usages.items()
+    ])
+    ctx.catalog_changed()
+
+
+def create_queue(
+    ctx: TxContext, name: str, *, status: bool, retention: bool, activation: Mapping[str, Any] | None,
+    poison_message_handling: bool,
+) -> None:
+    queue_name = validate_queue_name(name)
+    if object_name_taken(ctx.conn, queue_name):
+        raise BrokerError(2714, name=queue_name)
+    object_id = _next_id(ctx, ServiceQueue.object_id)
+    table_name = internal_table_name(object_id)
+    now = ctx.now()
+    values = {
+        "object_id": object_id, "name": queue_name, "is_receive_enabled": bool(status),
+        "is_enqueue_enabled": bool(status), "is_retention_enabled": bool(retention),
+        "is_activation_enabled": False, "activation_procedure": None, "max_readers": 0,
+        "execute_as": None, "is_poison_message_handling_enabled": bool(poison_message_handling),
+        "internal_table_name": table_name, "layout_version": LAYOUT_VERSION,
+        "create_date": now, "modify_date": now,
+    }
+    if activation is not None:
+        values.update(_activation_values(activation, creating=True))
+    create_queue_storage(ctx.conn, queue_name, table_name)
+    ctx.conn.execute(insert(ServiceQueue).values(**values))
+    ctx.catalog_changed()
+
+
+def alter_queue(
+    ctx: TxContext, name: str, *, status: Any = UNSET, retention: Any = UNSET, activation: Any = UNSET,
+    poison_message_handling: Any = UNSET,
+) -> None:
+    queue = ctx.catalog.queue_named(name)
+    if queue is None:
+        raise BrokerError(15151, kind="queue", name=name)
+    values: dict[str, Any] = {"modify_date": ctx.now()}
+    if status is not UNSET:
+        values["is_receive_enabled"] = values["is_enqueue_enabled"] = bool(status)
+    if retention is not UNSET:
+        values["is_retention_enabled"] = bool(retention)
+    if poison_message_handling is not UNSET:
+        values["is_poison_message_handling_enabled"] = bool(poison_message_handling)
+    if activation is not UNSET:
+        values.update(_activation_values(activation, creating=False))
+    ctx.conn.execute(update(ServiceQueue).where(ServiceQueue.object_id == queue.id).values(**values))
+    ctx.catalog_changed()
+    if status is not UNSET and status:
+        retry_held(ctx)
+
+
+def drop_queue(ctx: TxContext, name: str) -> None:
+    queue = ctx.catalog.queue_named(name)
+    if queue is None:
+        raise BrokerError(3701, kind="queue", name=name)
+    user = next((s for s in ctx.catalog.services.values() if s.queue_id == queue.id), None)
+    if user is not None:
+        raise BrokerError(3729, kind="queue", name=queue.name, ref_kind="service", ref_name=user.name)
+    ctx.conn.execute(delete(ep.groups).where(ep.groups.c.queue_id == queue.id))
+    drop_queue_storage(ctx.conn, queue.name, queue.table_name)
+    ctx.conn.execute(delete(ServiceQueue).where(ServiceQueue.object_id == queue.id))
+    ctx.catalog_changed()
+
+
+def create_service(ctx: TxContext, name: str, queue_name: str, contracts: Iterable[str]) -> None:
+    _check_name(name, "service", longest=256)
+    queue = ctx.catalog.queue_named(queue_name)
+    if queue is None:
+        raise BrokerError(15151, kind="queue", name=queue_name)
+    contract_ids: list[int] = []
+    for contract_name in ([contracts] if isinstance(contracts, str) else contracts):
+        contract = ctx.catalog.contracts_by_name.get(contract_name)
+        if contract is None:
+            raise BrokerError(8425, name=contract_name)
+        if contract.id in contract_ids:
+            raise BrokerError(8404, name=contract_name)
+        contract_ids.append(contract.id)
+    if name in ctx.catalog.services_by_name:
+        raise BrokerError(2714, name=name)
+    service_id = _next_id(ctx, Service.service_id)
+    ctx.conn.execute(insert(Service).values(service_id=service_id, name=name, service_queue_id=queue.id))
+    if contract_ids:
+        ctx.conn.execute(insert(ServiceContractUsage), [
+            {"service_id": service_id, "service_contract_id": c} for c in contract_ids
+        ])
+    ctx.catalog_changed()
+    retry_held(ctx)  # messages may have been waiting for a service of this name
+
+
+def drop_service(ctx: TxContext, name: str) -> None:
+    """Drop a service: its messages go, and far sides of its open dialogs get Error -8470."""
+    service = ctx.catalog.services_by_name.get(name)
+    if service is None:
+        raise BrokerError(3701, kind="service", name=name)
+    owned = ctx.conn.execute(select(ep.endpoints).where(ep.endpoints.c.service_id == service.id)).all()
+    for endpoint in owned:
+        peer = ep.peer_of(ctx, endpoint)
+        if peer is not None and endpoint.state not in ("DO", "CD"):
+            broker_error(ctx, peer, REMOTE_SERVICE_DROPPED, "Remote service has been dropped.")
+        ep.drop_held_messages(ctx, endpoint.conversation_handle)
+        ctx.conn.execute(delete(ep.endpoints).where(ep.endpoints.c.conversation_handle == endpoint.conversation_handle))
+    ctx.conn.execute(delete(ep.groups).where(ep.groups.c.service_id == service.id))
+    table = queue_table(ctx.catalog.queues[service.queue_id].table_name)
+    ctx.conn.execute(delete(table).where(table.c.service_id == service.id))
+    ctx.conn.execute(delete(Service).where(Service.service_id == service.id))
+    ctx.catalog_changed()
+
+
+def drop_contract(ctx: TxContext, name: str) -> None:
+    contract = ctx.catalog.contracts_by_name.get(name)
+    if contract is None:
+        raise BrokerError(3701, kind="contract", name=name)
+    if contract.id < FIRST_USER_OBJECT_ID:
+        raise BrokerError(0, f"the system contract '{name}' cannot be dropped")
+    user = next((s for s in ctx.catalog.services.values() if contract.id in s.contract_ids), None)
+    if user is not None:
+        raise BrokerError(3729, kind="contract", name=name, ref_kind="service", ref_name=user.name)
+    # Open conversations on the contract end with an error (SQL Server: -8487).
+    for endpoint in ctx.conn.execute(
+        select(ep.endpoints).where(ep.endpoints.c.service_contract_id == contract.id)
+    ).all():
+        broker_error(ctx, endpoint, -8487, "The remote service contract has been dropped.")
+    ctx.conn.execute(delete(Contract).where(Contract.service_contract_id == contract.id))
+    ctx.catalog_changed()
+
+
+def drop_message_type(ctx: TxContext, name: str) -> None:
+    message_type = ctx.catalog.message_types_by_name.get(name)
+    if message_type is None:
+        raise BrokerError(3701, kind="message type", name=name)
+    if message_type.id < FIRST_USER_OBJECT_ID:
+        raise BrokerError(0, f"the system message type '{name}' cannot be dropped")
+    user = next((c for c in ctx.catalog.contracts.values() if message_type.id in c.usages), None)
+    if user is not None:
+        raise BrokerError(3729, kind="message type", name=name, ref_kind="contract", ref_name=user.name)
+    ctx.conn.execute(delete(MessageType).where(MessageType.message_type_id == message_type.id))
+    ctx.catalog_changed()
+
+
+def set_broker_enabled(ctx: TxContext, enabled: bool) -> None:
+    """ALTER DATABASE ... SET ENABLE_BROKER / DISABLE_BROKER (the guid is kept)."""
+    ctx.conn.execute(update(BrokerDatabase).values(is_broker_enabled=bool(enabled)))
+    ctx.catalog_changed()
+    if enabled:
+        retry_held(ctx)
+
+
+def _activation_values(activation: Mapping[str, Any] | None, *, creating: bool) -> dict[str, Any]:
+    """Stored ACTIVATION options (the runtime acts on them); None means ACTIVATION (DROP)."""
+    if activation is None:
+        return {"is_activation_enabled": False, "activation_procedure": None, "max_readers": 0,
+                "execute_as": None}
+    known = {"status", "procedure_name", "max_queue_readers", "execute_as"}
+    unknown = set(activation) - known
+    if unknown:
+        raise BrokerError(0, f"unknown ACTIVATION option(s): {', '.join(sorted(unknown))}")
+    values: dict[str, Any] = {}
+    if "status" in activation or creating:
+        values["is_activation_enabled"] = bool(activation.get("status", True))
+    if "procedure_name" in activation:
+        values["activation_procedure"] = str(activation["procedure_name"])
+    elif creating:
+        raise BrokerError(0, "ACTIVATION needs PROCEDURE_NAME")
+    if "max_queue_readers" in activation:
+        readers = activation["max_queue_readers"]
+        if isinstance(readers, bool) or not isinstance(readers, int) or not 0 <= readers <= 32767:
+            raise BrokerError(0, f"MAX_QUEUE_READERS must be 0..32767; got {readers!r}")
+        values["max_readers"] = readers
+    elif creating:
+        raise BrokerError(0, "ACTIVATION needs MAX_QUEUE_READERS")
+    if "execute_as" in activation:
+        values["execute_as"] = str(activation["execute_as"])
+    return values
+
+
+def _check_name(name: object, kind: str, longest: int = SYSNAME) -> None:
+    if not isinstance(name, str) or not name:
+        raise BrokerError(0, f"a {kind} needs a name")
+    if len(name) > longest:
+        raise BrokerError(103, name=name[:longest])
+
+
+def _next_id(ctx: TxContext, column: Any) -> int:
+    """User objects are numbered from 65536, as SQL Server numbers them."""
+    highest = ctx.conn.execute(select(func.max(column))).scalar() or 0
+    return max(highest + 1, FIRST_USER_OBJECT_ID)

@@ -1,0 +1,152 @@
+"""Per-queue storage: the hidden internal table and the view named after the queue.
+
+As in SQL Server, ``CREATE QUEUE TargetQueue`` makes an internal table
+(``queue_messages_<object_id>``) and a read-only view ``TargetQueue`` with the documented
+queue columns, so ``SELECT * FROM "TargetQueue"`` works from any SQL client. The table
+carries ``layout_version`` in ``sb_queues`` so that a later migration can upgrade every
+queue's table.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    SmallInteger,
+    String,
+    Table,
+    text,
+)
+from sqlalchemy.engine import Connection
+
+from broker.errors import BrokerError
+from broker.models import SYSNAME
+from broker.types import GUID, UTCDateTime
+
+LAYOUT_VERSION = 1
+INTERNAL_PREFIX = "queue_messages_"
+
+# Receive order inside one conversation: a DialogTimer first, then an Error, then the
+# rest in sequence order (spec 2.3).
+RANK_DIALOG_TIMER = 0
+RANK_ERROR = 1
+RANK_SEQUENCED = 2
+
+# Names SQL Server would reject for a queue, or that cannot be quoted safely everywhere.
+_FORBIDDEN = re.compile(r'["\x00-\x1f\[\]]')
+
+
+def internal_table_name(object_id: int) -> str:
+    return f"{INTERNAL_PREFIX}{object_id}"
+
+
+def is_internal_queue_object(name: str | None, type_: str) -> bool:
+    """True for per-queue tables and their indexes (Alembic leaves them alone)."""
+    if not name:
+        return False
+    return name.startswith(INTERNAL_PREFIX) or name.startswith(f"ix_{INTERNAL_PREFIX}")
+
+
+def validate_queue_name(name: str) -> str:
+    """Check a queue name and return it without an optional ``dbo.`` schema.
+
+    Queue names become SQL identifiers (the view), so they are validated here and
+    always quoted by the dialect when used.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise BrokerError(102, near=str(name))
+    if name.lower().startswith("dbo."):
+        name = name[4:]
+    if name.startswith("[") and name.endswith("]") and len(name) > 2:
+        name = name[1:-1]
+    if len(name) > SYSNAME:
+        raise BrokerError(103, name=name[:SYSNAME])
+    if name.startswith("#") or _FORBIDDEN.search(name) or "." in name:
+        raise BrokerError(102, near=name)
+    return name
+
+
+@lru_cache(maxsize=None)
+def queue_table(table_name: str) -> Table:
+    """The SQLAlchemy table of a queue's internal storage (built once per process)."""
+    metadata = MetaData()
+    table = Table(
+        table_name,
+        metadata,
+        # AUTOINCREMENT on SQLite: a queuing_order is never reused, even after the
+        # newest message is received, so it stays monotonic.
+        Column("queuing_order", BigInteger().with_variant(Integer, "sqlite"),
+               primary_key=True, autoincrement=True),
+        Column("status", SmallInteger, nullable=False),
+        Column("priority", SmallInteger, nullable=False),
+        Column("conversation_group_id", GUID(), nullable=False),
+        Column("conversation_handle", GUID(), nullable=False),
+        Column("message_sequence_number", BigInteger, nullable=False),
+        Column("service_id", Integer, nullable=False),
+        Column("service_contract_id", Integer, nullable=False),
+        Column("message_type_id", Integer, nullable=False),
+        Column("validation", String(2), nullable=False),
+        Column("message_body", LargeBinary, nullable=True),
+        Column("message_enqueue_time", UTCDateTime(), nullable=False),
+        Column("receive_rank", SmallInteger, nullable=False),
+        sqlite_autoincrement=True,
+    )
+    # Next group to serve: highest priority first, then the oldest ready message.
+    Index(f"ix_{table_name}_ready", table.c.status, table.c.priority.desc(), table.c.queuing_order)
+    # A group's conversations in the same order.
+    Index(f"ix_{table_name}_group", table.c.conversation_group_id, table.c.status,
+          table.c.priority.desc(), table.c.queuing_order)
+    # One conversation's messages in receive order.
+    Index(f"ix_{table_name}_conversation", table.c.conversation_handle, table.c.status,
+          table.c.receive_rank, table.c.message_sequence_number)
+    return table
+
+
+def create_queue_storage(conn: Connection, queue_name: str, table_name: str) -> None:
+    """Create the internal table and the queue's view, inside the caller's transaction."""
+    table = queue_table(table_name)
+    table.create(conn)
+    conn.execute(text(f"CREATE VIEW {_quote(conn, queue_name)} AS {_view_select(conn, table_name)}"))
+
+
+def drop_queue_storage(conn: Connection, queue_name: str, table_name: str) -> None:
+    conn.execute(text(f"DROP VIEW IF EXISTS {_quote(conn, queue_name)}"))
+    queue_table(table_name).drop(conn)
+
+
+def object_name_taken(conn: Connection, name: str) -> bool:
+    """Whether a table or view called ``name`` exists (case-insensitively, like SQL Server)."""
+    if conn.dialect.name == "sqlite":
+        sql = "SELECT 1 FROM sqlite_master WHERE lower(name) = lower(:n)"
+    else:
+        sql = (
+            "SELECT 1 FROM information_schema.tables "
+            "WHERE lower(table_name) = lower(:n) AND table_schema = current_schema()"
+        )
+    return conn.execute(text(sql), {"n": name}).first() is not None
+
+
+def _quote(conn: Connection, name: str) -> str:
+    return conn.dialect.identifier_preparer.quote_identifier(name)
+
+
+def _view_select(conn: Connection, table_name: str) -> str:
+    m = _quote(conn, table_name)
+    return (
+        "SELECT m.status, m.priority, m.queuing_order, m.conversation_group_id, "
+        "m.conversation_handle, m.message_sequence_number, s.name AS service_name, "
+        "m.service_id, c.name AS service_contract_name, m.service_contract_id, "
+        "t.name AS message_type_name, m.message_type_id, m.validation, m.message_body, "
+        "m.message_enqueue_time "
+        f"FROM {m} AS m "
+        "LEFT JOIN sb_services AS s ON s.service_id = m.service_id "
+        "LEFT JOIN sb_contracts AS c ON c.service_contract_id = m.service_contract_id "
+        "LEFT JOIN sb_message_types AS t ON t.message_type_id = m.message_type_id"
+    )

@@ -1,0 +1,186 @@
+"""RECEIVE and GET CONVERSATION GROUP (one attempt; WAITFOR lives in the transaction).
+
+Group selection (spec 2.3): the group holding the highest-priority ready message, ties
+broken by the oldest such message. Rows come from that group only: conversations by
+priority then age, and inside a conversation a DialogTimer first, then an Error, then
+the rest by ``message_sequence_number``. Every step is one index seek, so the cost of a
+RECEIVE does not grow with the number of messages queued.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Row, Table, delete, func, select, update
+
+from broker import endpoints as ep
+from broker.catalog import QueueInfo
+from broker.context import TxContext
+from broker.delivery import deliver_system_message
+from broker.errors import BrokerError, QueueDisabledError
+from broker.messages import Message
+from broker.queue_tables import queue_table
+from broker.system_messages import DIALOG_TIMER_ID
+
+# What the status column shows in RECEIVE's result: 0, "received", as SQL Server's
+# documentation says (the stored row is deleted, or set to 0 under RETENTION).
+RECEIVE_OUTPUT_STATUS = 0
+_CHUNK = 500  # bound on IN (...) lists
+
+
+def receivable_queue(ctx: TxContext, name: str) -> QueueInfo:
+    queue = ctx.catalog.queue_named(name)
+    if queue is None:
+        raise BrokerError(208, f"Invalid object name '{name}'.")
+    if not queue.receive_enabled:
+        raise QueueDisabledError(queue.name)
+    return queue
+
+
+def receive(
+    ctx: TxContext,
+    queue_name: str,
+    top: int | None,
+    conversation_handle: object | None,
+    conversation_group_id: object | None,
+) -> list[Message]:
+    """Take up to ``top`` ready messages of one conversation group off the queue."""
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 0):
+        raise BrokerError(0, f"TOP must be a non-negative integer, got {top!r}")
+    if conversation_handle is not None and conversation_group_id is not None:
+        raise BrokerError(0, "RECEIVE takes WHERE conversation_handle or conversation_group_id, not both")
+    queue = receivable_queue(ctx, queue_name)
+    fire_due_timers(ctx, queue)
+    if top == 0:
+        return []
+    table = queue_table(queue.table_name)
+    if conversation_handle is not None:
+        endpoint = ep.get_endpoint(ctx, conversation_handle)
+        if ctx.catalog.services[endpoint.service_id].queue_id != queue.id:
+            raise BrokerError(8426, handle=str(endpoint.conversation_handle).upper())
+        rows = _conversation_rows(ctx, table, endpoint.conversation_handle, top)
+    else:
+        group_id = _named_group(ctx, queue, conversation_group_id) if conversation_group_id is not None \
+            else next_group(ctx, table)
+        if group_id is None:
+            return []
+        rows = _group_rows(ctx, table, group_id, top)
+    if not rows:
+        return []
+    _consume(ctx, table, queue, [r.queuing_order for r in rows])
+    return [_message(ctx, r) for r in rows]
+
+
+def get_conversation_group(ctx: TxContext, queue_name: str) -> uuid.UUID | None:
+    """The group RECEIVE would serve next, locked for this transaction; None if none."""
+    queue = receivable_queue(ctx, queue_name)
+    fire_due_timers(ctx, queue)
+    return next_group(ctx, queue_table(queue.table_name))
+
+
+def next_group(ctx: TxContext, table: Table) -> uuid.UUID | None:
+    # SQLite: the transaction holds the database write lock, a superset of every group
+    # lock, so no other transaction can hold the group this picks.
+    return ctx.conn.execute(
+        select(table.c.conversation_group_id).where(table.c.status == 1)
+        .order_by(table.c.priority.desc(), table.c.queuing_order).limit(1)
+    ).scalar()
+
+
+def fire_due_timers(ctx: TxContext, queue: QueueInfo) -> None:
+    """Put a DialogTimer on the queue for every expired timer of its conversations.
+
+    The scheduler fires timers on time; this makes them fire even when none runs.
+    """
+    due = ctx.conn.execute(
+        select(ep.endpoints).join(ep.groups, ep.groups.c.conversation_group_id == ep.endpoints.c.conversation_group_id)
+        .where(ep.endpoints.c.dialog_timer <= ctx.now(), ep.groups.c.queue_id == queue.id)
+    ).all()
+    for endpoint in due:
+        ep.set_endpoint(ctx, endpoint.conversation_handle, dialog_timer=None)
+        deliver_system_message(ctx, endpoint, DIALOG_TIMER_ID, None)
+
+
+def next_timer(ctx: TxContext, queue: QueueInfo) -> datetime | None:
+    """The earliest armed timer among the queue's conversations."""
+    return ctx.conn.execute(
+        select(func.min(ep.endpoints.c.dialog_timer))
+        .join(ep.groups, ep.groups.c.conversation_group_id == ep.endpoints.c.conversation_group_id)
+        .where(ep.groups.c.queue_id == queue.id)
+    ).scalar()
+
+
+def _named_group(ctx: TxContext, queue: QueueInfo, value: object) -> uuid.UUID:
+    try:
+        group_id = value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+    except ValueError:
+        raise BrokerError(8436, group=str(value)) from None
+    group = ep.get_group(ctx, group_id)
+    if group is None:
+        raise BrokerError(8436, group=str(group_id).upper())
+    if group.queue_id != queue.id:
+        raise BrokerError(8440, group=str(group_id).upper(), queue=queue.name)
+    return group_id
+
+
+def _group_rows(ctx: TxContext, table: Table, group_id: uuid.UUID, top: int | None) -> list[Row[Any]]:
+    rows: list[Row[Any]] = []
+    taken: list[uuid.UUID] = []
+    while top is None or len(rows) < top:
+        query = select(table.c.conversation_handle).where(
+            table.c.conversation_group_id == group_id, table.c.status == 1
+        )
+        if taken:
+            query = query.where(table.c.conversation_handle.not_in(taken))
+        handle = ctx.conn.execute(
+            query.order_by(table.c.priority.desc(), table.c.queuing_order).limit(1)
+        ).scalar()
+        if handle is None:
+            break
+        taken.append(handle)
+        rows.extend(_conversation_rows(ctx, table, handle, None if top is None else top - len(rows)))
+    return rows
+
+
+def _conversation_rows(ctx: TxContext, table: Table, handle: uuid.UUID, top: int | None) -> Sequence[Row[Any]]:
+    query = (
+        select(table).where(table.c.conversation_handle == handle, table.c.status == 1)
+        .order_by(table.c.receive_rank, table.c.message_sequence_number, table.c.queuing_order)
+    )
+    if top is not None:
+        query = query.limit(top)
+    return ctx.conn.execute(query).all()
+
+
+def _consume(ctx: TxContext, table: Table, queue: QueueInfo, orders: list[int]) -> None:
+    for start in range(0, len(orders), _CHUNK):
+        chunk = orders[start:start + _CHUNK]
+        where = table.c.queuing_order.in_(chunk)
+        if queue.retention:
+            ctx.conn.execute(update(table).where(where).values(status=0))
+        else:
+            ctx.conn.execute(delete(table).where(where))
+
+
+def message_from_row(ctx: TxContext, row: Row[Any], status: int) -> Message:
+    catalog = ctx.catalog
+    service = catalog.services.get(row.service_id)
+    contract = catalog.contracts.get(row.service_contract_id)
+    message_type = catalog.message_types.get(row.message_type_id)
+    return Message(
+        status=status, priority=row.priority, queuing_order=row.queuing_order,
+        conversation_group_id=row.conversation_group_id, conversation_handle=row.conversation_handle,
+        message_sequence_number=row.message_sequence_number,
+        service_name=service.name if service else "", service_id=row.service_id,
+        service_contract_name=contract.name if contract else "", service_contract_id=row.service_contract_id,
+        message_type_name=message_type.name if message_type else "", message_type_id=row.message_type_id,
+        validation=row.validation, message_body=row.message_body,
+        message_enqueue_time=row.message_enqueue_time,
+    )
+
+
+def _message(ctx: TxContext, row: Row[Any]) -> Message:
+    return message_from_row(ctx, row, RECEIVE_OUTPUT_STATUS)

@@ -1,0 +1,98 @@
+"""SEND ON CONVERSATION, on one handle or several at once.
+
+Every check runs for every handle before anything is written, so a SEND that fails on
+one handle sends nothing on any of them (SQL Server's multicast SEND is atomic).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import Row
+
+from broker import endpoints as ep
+from broker.context import TxContext
+from broker.delivery import Outgoing, enqueue, retry_held, transmit
+from broker.errors import BrokerError
+
+MAX_BODY_BYTES = 2_147_483_647
+RETAINED_SENT = 3  # queue status of the sender's retained copy
+
+
+def as_body(body: object) -> bytes | None:
+    """A message body as bytes: str is UTF-8 encoded; None is an empty message."""
+    if body is None:
+        return None
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        return bytes(body)
+    raise BrokerError(0, f"a message body is bytes or str, not {type(body).__name__}")
+
+
+def send(ctx: TxContext, handles: object, message_type: str, body: object) -> None:
+    """Send one message on each handle, in the caller's transaction."""
+    payload = as_body(body)
+    if payload is not None and len(payload) > MAX_BODY_BYTES:
+        raise BrokerError(8459)
+    message_type_info = ctx.catalog.message_types_by_name.get(message_type)
+    senders = [_checked_sender(ctx, h) for h in _handle_list(handles)]
+    if message_type_info is None:  # only after the handles: SQL Server checks them first
+        raise BrokerError(8428, name=message_type)
+    for sender in senders:
+        _check_contract(ctx, sender, message_type_info.id, message_type)
+        _check_retention(ctx, sender)
+    for sender in senders:
+        if sender.held_messages:
+            # The cause may be gone (another process fixed it): let the queue drain first.
+            retry_held(ctx, {sender.conversation_handle})
+            sender = ep.get_endpoint(ctx, sender.conversation_handle)
+        sequence = sender.send_sequence
+        ep.set_endpoint(ctx, sender.conversation_handle, send_sequence=sequence + 1,
+                        state="CO" if sender.state == "SO" else sender.state)
+        transmit(ctx, sender, Outgoing(sequence, message_type_info.id, payload, "message"))
+        queue = ctx.catalog.queues[ctx.catalog.services[sender.service_id].queue_id]
+        if queue.retention:
+            enqueue(ctx, sender, queue, sequence, message_type_info.id, payload, status=RETAINED_SENT)
+
+
+def _handle_list(handles: object) -> list[object]:
+    if handles is None:
+        raise BrokerError(8418)
+    if isinstance(handles, (str, bytes)) or not isinstance(handles, Iterable):
+        return [handles]
+    items = list(handles)
+    if not items:
+        raise BrokerError(8418)
+    seen = set()
+    for item in items:
+        key = ep.as_handle(item)
+        if key in seen:
+            raise BrokerError(0, f'The conversation handle "{str(key).upper()}" is specified more than once.')
+        seen.add(key)
+    return items
+
+
+def _checked_sender(ctx: TxContext, handle: object) -> Row[Any]:
+    sender = ep.get_endpoint(ctx, handle)
+    if sender.state not in ep.SENDABLE_STATES:
+        raise BrokerError(8429, state=sender.state)
+    return sender
+
+
+def _check_contract(ctx: TxContext, sender: Row[Any], message_type_id: int, name: str) -> None:
+    usage = ctx.catalog.contracts[sender.service_contract_id].usages.get(message_type_id)
+    if usage is None:
+        raise BrokerError(8431, name=name)
+    by_initiator, by_target = usage
+    if sender.is_initiator and not by_initiator:
+        raise BrokerError(8432, name=name)
+    if not sender.is_initiator and not by_target:
+        raise BrokerError(8434, name=name)
+
+
+def _check_retention(ctx: TxContext, sender: Row[Any]) -> None:
+    queue = ctx.catalog.queues[ctx.catalog.services[sender.service_id].queue_id]
+    if queue.retention and not queue.enqueue_enabled:
+        raise BrokerError(9618, name=queue.name)

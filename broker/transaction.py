@@ -1,0 +1,213 @@
+"""``db.transaction()``: one real database transaction carrying broker verbs.
+
+The verbs mirror Service Broker's statements one to one. Each runs in this
+transaction: its effects are visible to others only after commit and vanish on
+rollback. On SQLite the transaction holds the database write lock (``BEGIN IMMEDIATE``)
+from its first verb to its end: that lock includes every conversation group lock.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from sqlalchemy import event, text
+from sqlalchemy.engine import Connection
+from sqlalchemy.orm import Session
+
+from broker import dialogs, receiving, sending
+from broker.context import TxContext
+from broker.errors import BrokerError
+from broker.messages import Message
+from broker.queue_tables import queue_table
+from broker.waiting import wait_for_queue
+
+if TYPE_CHECKING:
+    from broker.runtime_state import DatabaseState
+
+T = TypeVar("T")
+FOREVER = -1
+
+
+class Transaction:
+    """Broker verbs inside one database transaction (see ``Broker.transaction``)."""
+
+    def __init__(self, state: DatabaseState, *, session: Session | None = None,
+                 connection: Connection | None = None) -> None:
+        self._state = state
+        self._session = session
+        self._joined = connection if connection is not None else None
+        self._owned: Connection | None = None
+        self._ctx: TxContext | None = None
+        self._doomed = False
+        # Whether this transaction has written: until then a WAITFOR may release the
+        # write lock while it waits.
+        self._wrote = False
+
+    # -- conversations -------------------------------------------------------------
+
+    def begin_dialog(self, from_service: str, to_service: str, contract: str = "DEFAULT", *,
+                     broker_instance: str | None = None, related_conversation: object | None = None,
+                     related_conversation_group: object | None = None, lifetime: int | None = None,
+                     encryption: bool = True) -> uuid.UUID:
+        """BEGIN DIALOG: create the initiator endpoint and return its handle.
+
+        Takes the new dialog's group lock. ``encryption`` is accepted for
+        compatibility; dialogs inside one database are never encrypted.
+        """
+        return self._write(lambda ctx: dialogs.begin_dialog(
+            ctx, from_service, to_service, contract, broker_instance=broker_instance,
+            related_conversation=related_conversation,
+            related_conversation_group=related_conversation_group, lifetime=lifetime))
+
+    def send(self, handle: object, message_type: str = "DEFAULT", body: bytes | str | None = None) -> None:
+        """SEND ON CONVERSATION one handle or a list of handles (atomic across them).
+
+        The message reaches the target queue when this transaction commits, or waits in
+        the transmission queue when the target cannot take it now.
+        """
+        self._write(lambda ctx: sending.send(ctx, handle, message_type, body))
+
+    def receive(self, queue: str, top: int | None = None, *, conversation_handle: object | None = None,
+                conversation_group_id: object | None = None, timeout: float | None = None) -> list[Message]:
+        """RECEIVE [TOP (n)] FROM queue [WHERE ...], with WAITFOR when ``timeout`` is given.
+
+        ``timeout``: None returns at once; seconds to wait; -1 waits forever. Received
+        messages leave the queue (or turn status 0 under RETENTION) when this
+        transaction commits; a rollback puts them back in place.
+        """
+        return self._waitfor(queue, timeout, lambda ctx: receiving.receive(
+            ctx, queue, top, conversation_handle, conversation_group_id), empty=[])
+
+    def get_conversation_group(self, queue: str, timeout: float | None = None) -> uuid.UUID | None:
+        """GET CONVERSATION GROUP: the next group RECEIVE would serve, locked; None if none."""
+        return self._waitfor(queue, timeout, lambda ctx: receiving.get_conversation_group(ctx, queue),
+                             empty=None)
+
+    def move_conversation(self, handle: object, conversation_group_id: object) -> None:
+        """MOVE CONVERSATION into another group of the same queue (locks both groups)."""
+        self._write(lambda ctx: dialogs.move_conversation(ctx, handle, conversation_group_id))
+
+    def end_conversation(self, handle: object, *, error: int | None = None,
+                         description: str | None = None, cleanup: bool = False) -> None:
+        """END CONVERSATION [WITH ERROR = n DESCRIPTION = '...' | WITH CLEANUP]."""
+        self._write(lambda ctx: dialogs.end_conversation(
+            ctx, handle, error=error, description=description, cleanup=cleanup))
+
+    def begin_conversation_timer(self, handle: object, timeout: float) -> None:
+        """BEGIN CONVERSATION TIMER: a DialogTimer message arrives ``timeout`` seconds from now."""
+        self._write(lambda ctx: dialogs.begin_conversation_timer(ctx, handle, timeout))
+
+    # -- running verbs ---------------------------------------------------------------
+
+    def run(self, verb: Callable[[TxContext], T]) -> T:
+        """Run ``verb`` in this transaction (used by the database object's DDL methods)."""
+        return self._write(verb)
+
+    def _write(self, verb: Callable[[TxContext], T]) -> T:
+        result = self._call(verb)
+        self._wrote = True
+        return result
+
+    def _call(self, verb: Callable[[TxContext], T]) -> T:
+        if self._doomed:
+            raise BrokerError(3930, "The current transaction cannot be committed and cannot support "
+                                    "operations that write to the log file. Roll back the transaction.")
+        ctx = self._context()
+        try:
+            return verb(ctx)
+        except BrokerError:
+            raise  # raised before any write: the transaction stays usable
+        except BaseException:
+            self._doomed = True
+            raise
+
+    def _waitfor(self, queue: str, timeout: float | None, attempt: Callable[[TxContext], T], empty: T) -> T:
+        if timeout is None or timeout == 0:
+            return self._call(attempt)
+        if timeout != FOREVER and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
+            raise BrokerError(0, f"timeout must be None, seconds >= 0 or -1; got {timeout!r}")
+        deadline = float("inf") if timeout == FOREVER else time.monotonic() + timeout
+        while True:
+            result = self._call(attempt)
+            if result is not None and result != []:
+                self._wrote = True  # received rows or a locked group: the lock must stay
+                return result
+            if time.monotonic() >= deadline:
+                return empty
+            self._wait(queue, deadline)
+
+    def _wait(self, queue_name: str, deadline: float) -> None:
+        """Wait for messages without holding the write lock whenever that is possible."""
+        ctx = self._context()
+        queue = receiving.receivable_queue(ctx, queue_name)
+        timer = receiving.next_timer(ctx, queue)
+        if timer is not None:
+            deadline = min(deadline, time.monotonic() + max(0.0, (timer - ctx.now()).total_seconds()))
+        if self._wrote or self._owned is None or not self._state.is_sqlite:
+            # The lock cannot be given back: nothing another writer does can reach us
+            # before this transaction ends, so only a timer can produce a message.
+            time.sleep(max(0.0, min(deadline, time.monotonic() + 3600) - time.monotonic()))
+            return
+        conn = self._owned
+        conn.rollback()  # nothing written yet: release the write lock while waiting
+        self._ctx = None
+        dbapi = conn.connection.dbapi_connection
+        table = queue_table(queue.table_name).name
+        probe_sql = f'SELECT 1 FROM "{table}" WHERE status = 1 LIMIT 1'
+        wait_for_queue(self._state.notifier, queue.id, deadline, dbapi,
+                       lambda: dbapi.execute(probe_sql).fetchone() is not None)
+
+    def _context(self) -> TxContext:
+        if self._ctx is None:
+            conn = self._connection()
+            self._ctx = TxContext(conn, self._state, self._state.catalog_for(conn))
+        return self._ctx
+
+    def _connection(self) -> Connection:
+        if self._joined is not None:
+            return self._joined
+        if self._session is not None:
+            self._joined = self._session.connection()
+            event.listen(self._session, "after_commit", self._notify_after_session_commit, once=True)
+            return self._joined
+        if self._owned is None:
+            self._owned = self._state.engine.connect()
+        return self._owned
+
+    # -- ending ------------------------------------------------------------------------
+
+    def commit(self) -> None:
+        if self._doomed:
+            self.rollback()
+            raise BrokerError(3930, "The transaction was doomed by an earlier failure and has been rolled back.")
+        touched = self._ctx.touched_queues if self._ctx is not None else set()
+        if self._owned is not None:
+            self._owned.commit()
+        self._ctx = None
+        self._state.notifier.notify(touched)
+
+    def rollback(self) -> None:
+        if self._owned is not None:
+            self._owned.rollback()
+        self._ctx = None
+
+    def close(self) -> None:
+        if self._owned is not None:
+            self._owned.close()
+            self._owned = None
+
+    def _notify_after_session_commit(self, _session: Session) -> None:
+        if self._ctx is not None:
+            self._state.notifier.notify(self._ctx.touched_queues)
+
+    @property
+    def connection(self) -> Connection:
+        """The SQLAlchemy connection this transaction runs on (for application SQL)."""
+        return self._context().conn
+
+    def query(self, sql: str, **params: Any) -> list[dict[str, Any]]:
+        """Run read-only SQL in this transaction (e.g. ``SELECT * FROM "TargetQueue"``)."""
+        return [dict(row._mapping) for row in self._context().conn.execute(text(sql), params)]

@@ -1,0 +1,86 @@
+"""WAITFOR without busy polling.
+
+In one process a commit that enqueues messages wakes the readers waiting on those
+queues at once (a condition variable shared by every connection to the same database).
+Another process's commits are seen on SQLite through ``PRAGMA data_version``, which
+changes on a connection when any *other* connection commits; it is checked with a short
+exponential back-off, and a cheap read-only probe decides whether a RECEIVE is worth
+taking the write lock for.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+# Back-off between data_version checks while nothing happens in this process.
+FIRST_CHECK_S = 0.001
+LONGEST_CHECK_S = 0.025
+
+
+class QueueNotifier:
+    """Per-queue commit counters with one condition variable, shared in a process."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._counters: dict[int, int] = {}
+
+    def counter(self, queue_id: int) -> int:
+        with self._condition:
+            return self._counters.get(queue_id, 0)
+
+    def notify(self, queue_ids: set[int]) -> None:
+        if not queue_ids:
+            return
+        with self._condition:
+            for queue_id in queue_ids:
+                self._counters[queue_id] = self._counters.get(queue_id, 0) + 1
+            self._condition.notify_all()
+
+    def wait(self, queue_id: int, seen: int, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a commit to ``queue_id``; True if one came."""
+        with self._condition:
+            return self._condition.wait_for(lambda: self._counters.get(queue_id, 0) != seen, timeout)
+
+
+def wait_for_queue(
+    notifier: QueueNotifier,
+    queue_id: int,
+    deadline: float,
+    dbapi_connection: Any | None,
+    probe: Callable[[], bool],
+) -> None:
+    """Return when ``probe()`` may be true or at ``deadline`` (a ``time.monotonic()``).
+
+    ``dbapi_connection`` is an idle SQLite connection (no open transaction) used to
+    watch ``PRAGMA data_version``; None where commits by other processes are signalled
+    to the notifier by the backend itself.
+    """
+    seen = notifier.counter(queue_id)
+    version = _data_version(dbapi_connection)
+    pause = FIRST_CHECK_S
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        if notifier.wait(queue_id, seen, min(pause, remaining)):
+            return
+        if dbapi_connection is None:
+            pause = remaining
+            continue
+        current = _data_version(dbapi_connection)
+        if current != version:
+            version = current
+            if probe():
+                return
+            pause = FIRST_CHECK_S
+        else:
+            pause = min(pause * 2, LONGEST_CHECK_S)
+
+
+def _data_version(dbapi_connection: Any | None) -> int | None:
+    if dbapi_connection is None:
+        return None
+    return int(dbapi_connection.execute("PRAGMA data_version").fetchone()[0])

@@ -27,6 +27,7 @@ def _bundled(installed_name: str, checkout_name: str) -> Path:
 def alembic_config(connection: Connection | None = None, url: str | None = None) -> Config:
     """An Alembic config pointing at the bundled environment and revisions."""
     config = Config()
+    config.set_main_option("path_separator", "os")
     config.set_main_option("script_location", str(_bundled("_alembic", "alembic")))
     config.set_main_option("version_locations", str(_bundled("_migrations", "migrations")))
     if url is not None:

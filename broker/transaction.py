@@ -156,9 +156,17 @@ class Transaction:
         self._ctx = None
         dbapi = conn.connection.dbapi_connection
         table = queue_table(queue.table_name).name
-        probe_sql = f'SELECT 1 FROM "{table}" WHERE status = 1 LIMIT 1'
-        wait_for_queue(self._state.notifier, queue.id, deadline, dbapi,
-                       lambda: dbapi.execute(probe_sql).fetchone() is not None)
+        messages_sql = f'SELECT 1 FROM "{table}" WHERE status = 1 LIMIT 1'
+        version_sql = "SELECT catalog_version FROM sb_database"
+
+        def worth_a_look() -> bool:
+            # Read-only, outside any transaction: no write lock is taken. A catalog
+            # change (queue disabled or dropped, ...) must end the wait with its error.
+            if dbapi.execute(version_sql).fetchone()[0] != ctx.catalog.version:
+                return True
+            return dbapi.execute(messages_sql).fetchone() is not None
+
+        wait_for_queue(self._state.notifier, queue.id, deadline, dbapi, worth_a_look)
 
     def _context(self) -> TxContext:
         if self._ctx is None:

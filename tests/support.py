@@ -1,0 +1,42 @@
+"""Names and helpers shared by the tests (the fixtures are in conftest.py)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import broker
+
+REQUEST = "//AWDB/1DBSample/RequestMessage"
+REPLY = "//AWDB/1DBSample/ReplyMessage"
+CONTRACT = "//AWDB/1DBSample/SampleContract"
+TARGET_SERVICE = "//AWDB/1DBSample/TargetService"
+INITIATOR_SERVICE = "//AWDB/1DBSample/InitiatorService"
+TARGET_QUEUE = "TargetQueue1DB"
+INITIATOR_QUEUE = "InitiatorQueue1DB"
+
+
+def open_dialog(db: broker.Broker, body: bytes | str = b"<RequestMsg/>", **options: object):  # type: ignore[no-untyped-def]
+    """Begin a tutorial dialog and send one request; return the initiator handle."""
+    with db.transaction() as tx:
+        handle = tx.begin_dialog(INITIATOR_SERVICE, TARGET_SERVICE, CONTRACT, **options)
+        tx.send(handle, REQUEST, body)
+    return handle
+
+
+def endpoint(db: broker.Broker, handle: object) -> dict | None:  # type: ignore[type-arg]
+    """The sys.conversation_endpoints row of ``handle`` (None once it is gone)."""
+    rows = [r for r in db.catalog("sys.conversation_endpoints") if str(r["conversation_handle"]) == str(handle)]
+    return rows[0] if rows else None
+
+
+def wait_until(condition: Callable[[], object], timeout: float = 10.0, interval: float = 0.01) -> object:
+    """Poll ``condition`` until it is truthy or fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)

@@ -1,0 +1,96 @@
+"""The schema Alembic builds is exactly the models' schema, and migrations round-trip."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import inspect
+
+import broker
+from broker import schema
+from broker.engine import create_broker_engine
+from broker.models import Base
+from broker.queue_tables import is_internal_queue_object
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _drift(engine) -> list:  # type: ignore[no-untyped-def,type-arg]
+    with engine.connect() as conn:
+        context = MigrationContext.configure(conn, opts={
+            "compare_type": True,
+            "include_object": lambda obj, name, type_, reflected, other: not is_internal_queue_object(name, type_),
+        })
+        return compare_metadata(context, Base.metadata)
+
+
+def test_upgrade_head_matches_the_models(db_url: str) -> None:
+    engine = create_broker_engine(db_url)
+    schema.upgrade(engine)
+    assert _drift(engine) == []
+    assert schema.current_revision(engine) == schema.head_revision()
+
+
+def test_upgrade_downgrade_upgrade_round_trips(db_url: str) -> None:
+    db = broker.connect(db_url)
+    db.create_queue("Q")  # a queue's own storage must go with the catalog on downgrade
+    schema.downgrade(db.engine, "base")
+    leftovers = set(inspect(db.engine).get_table_names()) | set(inspect(db.engine).get_view_names())
+    assert leftovers == {"alembic_version"}
+    schema.upgrade(db.engine)
+    assert _drift(db.engine) == []
+    assert db.catalog("sys.service_queues") == []
+    assert {r["name"] for r in db.catalog("sys.service_message_types")} >= {broker.ERROR, broker.END_DIALOG}
+    db.dispose()
+
+
+def test_connect_upgrades_an_empty_file_and_is_idempotent(db_url: str) -> None:
+    first = broker.connect(db_url)
+    first.create_queue("Q")
+    first.dispose()
+    second = broker.connect(db_url)  # already at head: nothing to do, nothing lost
+    assert [q["name"] for q in second.catalog("sys.service_queues")] == ["Q"]
+    second.dispose()
+
+
+def test_wheel_ships_the_migrations_and_creates_a_database(tmp_path: Path) -> None:
+    """A non-editable install (the wheel) can create and upgrade a database on its own."""
+    wheel_dir = tmp_path / "wheel"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", str(wheel_dir), str(REPO)],
+        check=True, capture_output=True,
+    )
+    [wheel] = wheel_dir.glob("servicebroker-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "broker/_alembic/env.py" in names
+    assert "broker/_migrations/0001_catalog.py" in names
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    script = (
+        "import broker, sys\n"
+        "assert broker.__file__.startswith(sys.argv[1]), broker.__file__\n"
+        "db = broker.connect('sqlite:///' + sys.argv[2])\n"
+        "db.create_queue('Q')\n"
+        "print(sorted(r['name'] for r in db.catalog('sys.service_queues')))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(site), str(tmp_path / "fresh.db")],
+        cwd=tmp_path, env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['Q']"
+
+
+def test_a_queue_cannot_take_the_name_of_a_catalog_table(db: broker.Broker) -> None:
+    with pytest.raises(broker.BrokerError) as failure:
+        db.create_queue("SB_QUEUES")  # names compare case-insensitively, as in SQL Server
+    assert failure.value.number == 2714
+    assert db.catalog("sys.service_queues") == []

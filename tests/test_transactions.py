@@ -1,0 +1,195 @@
+"""Real transactions: joining the caller's session, rollback, threads, WAITFOR wake-ups."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Column, Integer, MetaData, String, Table, func, insert, select
+
+import broker
+from support import CONTRACT, INITIATOR_SERVICE, REQUEST, TARGET_QUEUE, TARGET_SERVICE, open_dialog
+
+orders = Table("orders", MetaData(), Column("id", Integer, primary_key=True), Column("item", String(50)))
+
+
+def _order_count(db: broker.Broker) -> int:
+    with db.engine.connect() as conn:
+        return conn.execute(select(func.count()).select_from(orders)).scalar_one()
+
+
+def test_messages_and_application_rows_commit_together(tutorial: broker.Broker) -> None:
+    orders.create(tutorial.engine)
+    with tutorial.Session() as session:
+        with session.begin():
+            session.execute(insert(orders).values(item="widget"))
+            with tutorial.transaction(session=session) as tx:
+                handle = tx.begin_dialog(INITIATOR_SERVICE, TARGET_SERVICE, CONTRACT)
+                tx.send(handle, REQUEST, "<order>widget</order>")
+    assert _order_count(tutorial) == 1
+    assert [m.message_body for m in tutorial.queue_rows(TARGET_QUEUE)] == [b"<order>widget</order>"]
+
+
+def test_messages_and_application_rows_roll_back_together(tutorial: broker.Broker) -> None:
+    orders.create(tutorial.engine)
+    with tutorial.Session() as session:
+        with pytest.raises(RuntimeError):
+            with session.begin():
+                session.execute(insert(orders).values(item="widget"))
+                with tutorial.transaction(session=session) as tx:
+                    handle = tx.begin_dialog(INITIATOR_SERVICE, TARGET_SERVICE, CONTRACT)
+                    tx.send(handle, REQUEST, "<order>widget</order>")
+                raise RuntimeError("application failure after SEND")
+    assert _order_count(tutorial) == 0
+    assert tutorial.queue_rows(TARGET_QUEUE) == []
+    assert tutorial.catalog("sys.conversation_endpoints") == []
+
+
+def test_a_received_message_comes_back_in_place_on_rollback(tutorial: broker.Broker) -> None:
+    open_dialog(tutorial, "<a/>")
+    [before] = tutorial.queue_rows(TARGET_QUEUE)
+    with pytest.raises(RuntimeError):
+        with tutorial.transaction() as tx:
+            assert len(tx.receive(TARGET_QUEUE)) == 1
+            raise RuntimeError
+    assert tutorial.queue_rows(TARGET_QUEUE) == [before]
+
+
+def test_a_broker_error_leaves_the_transaction_usable(tutorial: broker.Broker) -> None:
+    with tutorial.transaction() as tx:
+        handle = tx.begin_dialog(INITIATOR_SERVICE, TARGET_SERVICE, CONTRACT)
+        with pytest.raises(broker.BrokerError):
+            tx.send(handle, "no such type", "<a/>")
+        tx.send(handle, REQUEST, "<a/>")
+    assert len(tutorial.queue_rows(TARGET_QUEUE)) == 1
+
+
+def test_threads_share_one_file_without_lock_errors(tutorial: broker.Broker, db_url: str) -> None:
+    """A producer and two consumers in threads, each with its own connections."""
+    total = 60
+    received: list[bytes] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def produce() -> None:
+        try:
+            for i in range(total):
+                open_dialog(tutorial, f"<n>{i}</n>")
+        except BaseException as exc:  # noqa: BLE001 - reported to the main thread
+            errors.append(exc)
+
+    def consume() -> None:
+        other = broker.connect(db_url)
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                with lock:
+                    if len(received) >= total:
+                        return
+                with other.transaction() as tx:
+                    got = tx.receive(TARGET_QUEUE, timeout=0.2)
+                with lock:
+                    received.extend(m.message_body for m in got)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+        finally:
+            other.dispose()
+
+    threads = [threading.Thread(target=produce)] + [threading.Thread(target=consume) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors, errors
+    assert sorted(received) == sorted(f"<n>{i}</n>".encode() for i in range(total))
+
+
+def test_waitfor_wakes_when_another_thread_commits(tutorial: broker.Broker) -> None:
+    result: list[list[broker.Message]] = []
+
+    def wait() -> None:
+        with tutorial.transaction() as tx:
+            result.append(tx.receive(TARGET_QUEUE, timeout=30))
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    open_dialog(tutorial, "<wake/>")
+    waiter.join(30)
+    assert not waiter.is_alive()
+    assert [m.message_body for m in result[0]] == [b"<wake/>"]
+
+
+def test_waitfor_does_not_block_the_sender(tutorial: broker.Broker, db_url: str) -> None:
+    """While a WAITFOR waits, other transactions can write (the lock is released)."""
+    started = threading.Event()
+    result: list[list[broker.Message]] = []
+
+    def wait() -> None:
+        other = broker.connect(db_url)
+        with other.transaction() as tx:
+            started.set()
+            result.append(tx.receive(TARGET_QUEUE, timeout=30))
+        other.dispose()
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    assert started.wait(10)
+    for i in range(3):
+        open_dialog(tutorial, f"<n>{i}</n>")  # would time out if the waiter held the lock
+    waiter.join(30)
+    assert result and len(result[0]) == 1
+
+
+def test_waitfor_wakes_across_processes(tutorial: broker.Broker, db_url: str) -> None:
+    script = (
+        "import broker, sys\n"
+        "db = broker.connect(sys.argv[1])\n"
+        "print('waiting', flush=True)\n"
+        "with db.transaction() as tx:\n"
+        "    got = tx.receive(sys.argv[2], timeout=30)\n"
+        "print(got[0].message_body.decode() if got else 'timeout', flush=True)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", script, db_url, TARGET_QUEUE],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "waiting"
+    open_dialog(tutorial, "<across/>")
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
+    assert out.strip() == "<across/>"
+
+
+def test_waitfor_times_out_with_an_empty_result(tutorial: broker.Broker) -> None:
+    started = time.monotonic()
+    with tutorial.transaction() as tx:
+        assert tx.receive(TARGET_QUEUE, timeout=0.2) == []
+        assert tx.get_conversation_group(TARGET_QUEUE, timeout=0.1) is None
+    assert time.monotonic() - started >= 0.3
+
+
+def test_waitfor_on_a_queue_disabled_while_waiting_fails(tutorial: broker.Broker, db_url: str) -> None:
+    failures: list[broker.BrokerError] = []
+    started = threading.Event()
+
+    def wait() -> None:
+        other = broker.connect(db_url)
+        try:
+            with other.transaction() as tx:
+                started.set()
+                tx.receive(TARGET_QUEUE, timeout=30)
+        except broker.BrokerError as exc:
+            failures.append(exc)
+        finally:
+            other.dispose()
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    assert started.wait(10)
+    tutorial.alter_queue(TARGET_QUEUE, status=False)
+    waiter.join(10)  # well before the 30 s WAITFOR timeout
+    assert not waiter.is_alive()
+    assert [f.number for f in failures] == [9617]

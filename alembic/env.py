@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 
-from alembic import context
 from sqlalchemy.engine import Connection
 
+from alembic import context
 from broker.engine import create_broker_engine
 from broker.models import Base
 from broker.queue_tables import is_internal_queue_object

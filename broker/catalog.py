@@ -117,7 +117,9 @@ def load_catalog(conn: Connection) -> Catalog:
             bool(row.is_sent_by_initiator), bool(row.is_sent_by_target)
         )
     contracts = {
-        row.service_contract_id: ContractInfo(row.service_contract_id, row.name, usages.get(row.service_contract_id, {}))
+        row.service_contract_id: ContractInfo(
+            row.service_contract_id, row.name, usages.get(row.service_contract_id, {})
+        )
         for row in conn.execute(select(Contract.__table__))
     }
     queues = {

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from sqlalchemy import update
@@ -31,7 +31,7 @@ class TxContext:
 
     @staticmethod
     def now() -> datetime:
-        return datetime.now(timezone.utc)
+        return datetime.now(UTC)
 
     def catalog_changed(self) -> None:
         """Record a DDL change: bump the shared version and reload this transaction's snapshot.

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, select, text
+from sqlalchemy import Engine, func, select, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -20,6 +20,7 @@ from broker.queue_tables import queue_table
 from broker.receiving import message_from_row
 from broker.runtime_state import DatabaseState
 from broker.transaction import Transaction
+from broker.types import GUID, UTCDateTime
 
 T = TypeVar("T")
 
@@ -29,6 +30,14 @@ CATALOG_VIEWS = (
     "routes", "conversation_groups", "conversation_endpoints", "transmission_queue",
 )
 _VIEW_NAME = re.compile(r"^(?:sys\.)?([a-z_]+)$")
+# Catalog view columns read back as Python types on every backend (SQLite has neither
+# uuid nor timestamp types, so a view would otherwise hand back text).
+_GUID_COLUMNS = ("service_broker_guid", "conversation_handle", "conversation_id", "conversation_group_id")
+_TIME_COLUMNS = ("create_date", "modify_date", "lifetime", "dialog_timer", "security_timestamp", "enqueue_time")
+_VIEW_TYPES: dict[str, Any] = {
+    **{column: GUID() for column in _GUID_COLUMNS},
+    **{column: UTCDateTime() for column in _TIME_COLUMNS},
+}
 
 
 def connect(url: str = "sqlite:///broker.db", *, upgrade: bool = True, **engine_options: Any) -> Broker:
@@ -149,7 +158,20 @@ class Broker:
             raise BrokerError(208, f"Invalid object name '{name}'.")
         view = match.group(1)
         quoted = f'sys."{view}"' if self.engine.dialect.name == "postgresql" else f'"sys.{view}"'
-        return self._read(lambda ctx: [dict(r._mapping) for r in ctx.conn.execute(text(f"SELECT * FROM {quoted}"))])
+        query = text(f"SELECT * FROM {quoted}").columns(**_VIEW_TYPES)
+        return self._read(lambda ctx: [dict(r._mapping) for r in ctx.conn.execute(query)])
+
+    def queue_counts(self, queue: str) -> dict[int, int]:
+        """Messages in ``queue`` by stored status (1 ready, 0 retained, 3 sent copies),
+        counted without reading their bodies."""
+        def count(ctx: TxContext) -> dict[int, int]:
+            info = ctx.catalog.queue_named(queue)
+            if info is None:
+                raise BrokerError(208, f"Invalid object name '{queue}'.")
+            table = queue_table(info.table_name)
+            rows = ctx.conn.execute(select(table.c.status, func.count()).group_by(table.c.status))
+            return {status: number for status, number in rows}
+        return self._read(count)
 
     def _read(self, verb: Callable[[TxContext], T]) -> T:
         with self.transaction() as tx:

@@ -192,6 +192,10 @@ def _deliver(ctx: TxContext, sender: Row[Any], out: Outgoing) -> str | None:
             return None  # the initiator has ended and is gone: nothing to deliver to
         return _deliver_first(ctx, sender, out)
     if peer.state in ("DO", "CD"):
+        if peer.state == "DO" and out.kind in ("end", "error"):
+            # Both sides have ended: the far side drops what it still holds and closes.
+            ep.drop_held_messages(ctx, peer.conversation_handle)
+            ep.close_endpoint(ctx, peer)
         return None  # the far side has ended: it discards whatever still arrives
     queue = _queue_of(ctx, peer)
     if not queue.enqueue_enabled:
@@ -205,6 +209,10 @@ def _deliver(ctx: TxContext, sender: Row[Any], out: Outgoing) -> str | None:
 
 def _deliver_first(ctx: TxContext, sender: Row[Any], out: Outgoing) -> str | None:
     """The first message of a dialog: find the target service and create its endpoint."""
+    if out.kind != "message":
+        # An EndDialog or Error with nothing delivered before it (its messages were
+        # discarded by END WITH ERROR): the target never heard of the dialog.
+        return None
     catalog = ctx.catalog
     pinned = sender.far_broker_instance
     if pinned is not None and pinned.lower() != str(catalog.broker_guid):

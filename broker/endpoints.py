@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Row, delete, exists, insert, select, update
+from sqlalchemy import Row, Table, delete, exists, insert, select, update
 
 from broker.context import TxContext
 from broker.errors import BrokerError, ConversationNotFoundError
 from broker.models import ConversationEndpoint, ConversationGroup, TransmissionQueueEntry
 from broker.queue_tables import queue_table
 
-endpoints = ConversationEndpoint.__table__
-groups = ConversationGroup.__table__
-transmissions = TransmissionQueueEntry.__table__
+endpoints = cast(Table, ConversationEndpoint.__table__)
+groups = cast(Table, ConversationGroup.__table__)
+transmissions = cast(Table, TransmissionQueueEntry.__table__)
 
 DEFAULT_PRIORITY = 5
 # States in which an endpoint may still SEND.

@@ -10,7 +10,7 @@ queue's table.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cache
 
 from sqlalchemy import (
     BigInteger,
@@ -73,7 +73,7 @@ def validate_queue_name(name: str) -> str:
     return name
 
 
-@lru_cache(maxsize=None)
+@cache
 def queue_table(table_name: str) -> Table:
     """The SQLAlchemy table of a queue's internal storage (built once per process)."""
     metadata = MetaData()

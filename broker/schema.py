@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 from sqlalchemy.engine import Connection
+
+from alembic import command
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 

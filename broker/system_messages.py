@@ -38,7 +38,7 @@ def error_body(code: int, description: str) -> bytes:
         f"<Code>{int(code)}</Code>"
         f"<Description>{escape(description)}</Description>"
         "</Error>"
-    ).encode("utf-8")
+    ).encode()
 
 
 def parse_error(body: bytes | str | None) -> tuple[int, str]:

@@ -155,6 +155,7 @@ class Transaction:
         conn.rollback()  # nothing written yet: release the write lock while waiting
         self._ctx = None
         dbapi = conn.connection.dbapi_connection
+        assert dbapi is not None  # a checked-out connection always has one
         table = queue_table(queue.table_name).name
         messages_sql = f'SELECT 1 FROM "{table}" WHERE status = 1 LIMIT 1'
         version_sql = "SELECT catalog_version FROM sb_database"
@@ -213,9 +214,15 @@ class Transaction:
 
     @property
     def connection(self) -> Connection:
-        """The SQLAlchemy connection this transaction runs on (for application SQL)."""
+        """The SQLAlchemy connection this transaction runs on (for application SQL).
+
+        Whatever runs on it may have written, so from now on a WAITFOR keeps the write
+        lock rather than rolling back to wait.
+        """
+        self._wrote = True
         return self._context().conn
 
     def query(self, sql: str, **params: Any) -> list[dict[str, Any]]:
-        """Run read-only SQL in this transaction (e.g. ``SELECT * FROM "TargetQueue"``)."""
+        """Run SQL in this transaction (e.g. ``SELECT * FROM "TargetQueue"``); rows as dicts."""
+        self._wrote = True
         return [dict(row._mapping) for row in self._context().conn.execute(text(sql), params)]

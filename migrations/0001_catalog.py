@@ -11,11 +11,11 @@ package) so that this revision keeps meaning what it meant when it shipped.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import sqlalchemy as sa
-from alembic import op
 
+from alembic import op
 from broker.types import GUID, UTCDateTime
 
 revision: str = "0001"
@@ -56,87 +56,90 @@ _CONTRACTS = [
 
 _BIT = "CASE WHEN {0} THEN 1 ELSE 0 END"
 
-_VIEWS = {
-    "databases": """
-        SELECT database_id, service_broker_guid, {enabled} AS is_broker_enabled,
-               {honor} AS is_honor_broker_priority_on, create_date
-        FROM sb_database""".format(
-        enabled=_BIT.format("is_broker_enabled"), honor=_BIT.format("is_honor_broker_priority_on")
-    ),
-    "xml_schema_collections": """
-        SELECT xml_collection_id, 1 AS schema_id, 1 AS principal_id, name,
-               create_date, create_date AS modify_date
-        FROM sb_xml_schema_collections""",
-    "service_message_types": """
-        SELECT name, message_type_id, 1 AS principal_id, validation,
-               CASE validation WHEN 'N' THEN 'BINARY' WHEN 'E' THEN 'EMPTY' ELSE 'XML' END
-                   AS validation_desc,
-               xml_collection_id
-        FROM sb_message_types""",
-    "service_contracts": """
-        SELECT name, service_contract_id, 1 AS principal_id FROM sb_contracts""",
-    "service_contract_message_usages": """
-        SELECT service_contract_id, message_type_id,
-               {i} AS is_sent_by_initiator, {t} AS is_sent_by_target
-        FROM sb_contract_message_usages""".format(
-        i=_BIT.format("is_sent_by_initiator"), t=_BIT.format("is_sent_by_target")
-    ),
-    "service_queues": """
-        SELECT name, object_id, 1 AS principal_id, 1 AS schema_id, 0 AS parent_object_id,
-               'SQ' AS type, 'SERVICE_QUEUE' AS type_desc, create_date, modify_date,
-               0 AS is_ms_shipped, 0 AS is_published, 0 AS is_schema_published,
-               max_readers, activation_procedure,
-               CASE WHEN execute_as IS NULL THEN NULL WHEN execute_as = 'OWNER' THEN -2 ELSE 1 END
-                   AS execute_as_principal_id,
-               {act} AS is_activation_enabled, {rcv} AS is_receive_enabled,
-               {enq} AS is_enqueue_enabled, {ret} AS is_retention_enabled,
-               {poison} AS is_poison_message_handling_enabled
-        FROM sb_queues""".format(
-        act=_BIT.format("is_activation_enabled"), rcv=_BIT.format("is_receive_enabled"),
-        enq=_BIT.format("is_enqueue_enabled"), ret=_BIT.format("is_retention_enabled"),
-        poison=_BIT.format("is_poison_message_handling_enabled"),
-    ),
-    "services": """
-        SELECT name, service_id, 1 AS principal_id, service_queue_id FROM sb_services""",
-    "service_contract_usages": """
-        SELECT service_id, service_contract_id FROM sb_service_contract_usages""",
-    "routes": """
-        SELECT name, route_id, 1 AS principal_id, remote_service_name, broker_instance,
-               lifetime, address, mirror_address
-        FROM sb_routes""",
-    "conversation_groups": """
-        SELECT conversation_group_id, service_id, {sys} AS is_system
-        FROM sb_conversation_groups""".format(sys=_BIT.format("is_system")),
-    "conversation_endpoints": """
-        SELECT conversation_handle, conversation_id, {init} AS is_initiator,
-               service_contract_id, conversation_group_id, service_id, lifetime, state,
-               CASE state
-                   WHEN 'SO' THEN 'STARTED_OUTBOUND' WHEN 'SI' THEN 'STARTED_INBOUND'
-                   WHEN 'CO' THEN 'CONVERSING' WHEN 'DI' THEN 'DISCONNECTED_INBOUND'
-                   WHEN 'DO' THEN 'DISCONNECTED_OUTBOUND' WHEN 'ER' THEN 'ERROR'
-                   WHEN 'CD' THEN 'CLOSED' END AS state_desc,
-               far_service, far_broker_instance, 1 AS principal_id, 1 AS far_principal_id,
-               NULL AS outbound_session_key_identifier, NULL AS inbound_session_key_identifier,
-               create_date AS security_timestamp, dialog_timer, send_sequence,
-               NULL AS last_send_tran_id, end_dialog_sequence, receive_sequence,
-               0 AS receive_sequence_frag, system_sequence,
-               NULL AS first_out_of_order_sequence, NULL AS last_out_of_order_sequence,
-               NULL AS last_out_of_order_frag, {sys} AS is_system, priority
-        FROM sb_conversation_endpoints""".format(
-        init=_BIT.format("is_initiator"), sys=_BIT.format("is_system")
-    ),
-    "transmission_queue": """
-        SELECT q.conversation_handle, q.to_service_name, q.to_broker_instance,
-               q.from_service_name, c.name AS service_contract_name, q.enqueue_time,
-               q.message_sequence_number, t.name AS message_type_name,
-               {err} AS is_conversation_error, {end} AS is_end_of_dialog,
-               q.message_body, q.transmission_status, q.priority
-        FROM sb_transmission_queue AS q
-        LEFT JOIN sb_contracts AS c ON c.service_contract_id = q.service_contract_id
-        LEFT JOIN sb_message_types AS t ON t.message_type_id = q.message_type_id""".format(
-        err=_BIT.format("q.is_conversation_error"), end=_BIT.format("q.is_end_of_dialog")
-    ),
-}
+def _views(no_timer: str) -> dict[str, str]:
+    """The sys.* views; ``no_timer`` is the dialect's literal for 1900-01-01 (no timer set)."""
+    return {
+        "databases": """
+            SELECT database_id, service_broker_guid, {enabled} AS is_broker_enabled,
+                   {honor} AS is_honor_broker_priority_on, create_date
+            FROM sb_database""".format(
+            enabled=_BIT.format("is_broker_enabled"), honor=_BIT.format("is_honor_broker_priority_on")
+        ),
+        "xml_schema_collections": """
+            SELECT xml_collection_id, 1 AS schema_id, 1 AS principal_id, name,
+                   create_date, create_date AS modify_date
+            FROM sb_xml_schema_collections""",
+        "service_message_types": """
+            SELECT name, message_type_id, 1 AS principal_id, validation,
+                   CASE validation WHEN 'N' THEN 'BINARY' WHEN 'E' THEN 'EMPTY' ELSE 'XML' END
+                       AS validation_desc,
+                   xml_collection_id
+            FROM sb_message_types""",
+        "service_contracts": """
+            SELECT name, service_contract_id, 1 AS principal_id FROM sb_contracts""",
+        "service_contract_message_usages": """
+            SELECT service_contract_id, message_type_id,
+                   {i} AS is_sent_by_initiator, {t} AS is_sent_by_target
+            FROM sb_contract_message_usages""".format(
+            i=_BIT.format("is_sent_by_initiator"), t=_BIT.format("is_sent_by_target")
+        ),
+        "service_queues": """
+            SELECT name, object_id, 1 AS principal_id, 1 AS schema_id, 0 AS parent_object_id,
+                   'SQ' AS type, 'SERVICE_QUEUE' AS type_desc, create_date, modify_date,
+                   0 AS is_ms_shipped, 0 AS is_published, 0 AS is_schema_published,
+                   max_readers, activation_procedure,
+                   CASE WHEN execute_as IS NULL THEN NULL WHEN execute_as = 'OWNER' THEN -2 ELSE 1 END
+                       AS execute_as_principal_id,
+                   {act} AS is_activation_enabled, {rcv} AS is_receive_enabled,
+                   {enq} AS is_enqueue_enabled, {ret} AS is_retention_enabled,
+                   {poison} AS is_poison_message_handling_enabled
+            FROM sb_queues""".format(
+            act=_BIT.format("is_activation_enabled"), rcv=_BIT.format("is_receive_enabled"),
+            enq=_BIT.format("is_enqueue_enabled"), ret=_BIT.format("is_retention_enabled"),
+            poison=_BIT.format("is_poison_message_handling_enabled"),
+        ),
+        "services": """
+            SELECT name, service_id, 1 AS principal_id, service_queue_id FROM sb_services""",
+        "service_contract_usages": """
+            SELECT service_id, service_contract_id FROM sb_service_contract_usages""",
+        "routes": """
+            SELECT name, route_id, 1 AS principal_id, remote_service_name, broker_instance,
+                   lifetime, address, mirror_address
+            FROM sb_routes""",
+        "conversation_groups": """
+            SELECT conversation_group_id, service_id, {sys} AS is_system
+            FROM sb_conversation_groups""".format(sys=_BIT.format("is_system")),
+        "conversation_endpoints": """
+            SELECT conversation_handle, conversation_id, {init} AS is_initiator,
+                   service_contract_id, conversation_group_id, service_id, lifetime, state,
+                   CASE state
+                       WHEN 'SO' THEN 'STARTED_OUTBOUND' WHEN 'SI' THEN 'STARTED_INBOUND'
+                       WHEN 'CO' THEN 'CONVERSING' WHEN 'DI' THEN 'DISCONNECTED_INBOUND'
+                       WHEN 'DO' THEN 'DISCONNECTED_OUTBOUND' WHEN 'ER' THEN 'ERROR'
+                       WHEN 'CD' THEN 'CLOSED' END AS state_desc,
+                   far_service, far_broker_instance, 1 AS principal_id, 1 AS far_principal_id,
+                   NULL AS outbound_session_key_identifier, NULL AS inbound_session_key_identifier,
+                   create_date AS security_timestamp,
+                   COALESCE(dialog_timer, {no_timer}) AS dialog_timer, send_sequence,
+                   NULL AS last_send_tran_id, end_dialog_sequence, receive_sequence,
+                   0 AS receive_sequence_frag, system_sequence,
+                   NULL AS first_out_of_order_sequence, NULL AS last_out_of_order_sequence,
+                   NULL AS last_out_of_order_frag, {sys} AS is_system, priority
+            FROM sb_conversation_endpoints""".format(
+            init=_BIT.format("is_initiator"), sys=_BIT.format("is_system"), no_timer=no_timer,
+        ),
+        "transmission_queue": """
+            SELECT q.conversation_handle, q.to_service_name, q.to_broker_instance,
+                   q.from_service_name, c.name AS service_contract_name, q.enqueue_time,
+                   q.message_sequence_number, t.name AS message_type_name,
+                   {err} AS is_conversation_error, {end} AS is_end_of_dialog,
+                   q.message_body, q.transmission_status, q.priority
+            FROM sb_transmission_queue AS q
+            LEFT JOIN sb_contracts AS c ON c.service_contract_id = q.service_contract_id
+            LEFT JOIN sb_message_types AS t ON t.message_type_id = q.message_type_id""".format(
+            err=_BIT.format("q.is_conversation_error"), end=_BIT.format("q.is_end_of_dialog")
+        ),
+    }
 
 
 def _view_name(name: str) -> str:
@@ -150,12 +153,15 @@ def _view_name(name: str) -> str:
 def _create_views() -> None:
     if op.get_bind().dialect.name == "postgresql":
         op.execute("CREATE SCHEMA IF NOT EXISTS sys")
-    for name, select in _VIEWS.items():
+    # SQL Server shows 1900-01-01 in dialog_timer when no timer is set.
+    no_timer = "CAST('1900-01-01 00:00:00+00' AS timestamptz)" if op.get_bind().dialect.name == "postgresql" \
+        else "'1900-01-01 00:00:00.000000'"
+    for name, select in _views(no_timer).items():
         op.execute(f"CREATE VIEW {_view_name(name)} AS {select.strip()}")
 
 
 def _seed() -> None:
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     database = sa.table(
         "sb_database",
         sa.column("database_id", sa.Integer), sa.column("service_broker_guid", GUID()),
@@ -352,7 +358,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     bind = op.get_bind()
-    for name in _VIEWS:
+    for name in _views("NULL"):
         op.execute(f"DROP VIEW IF EXISTS {_view_name(name)}")
     # Queues made by CREATE QUEUE: their views and internal tables go with the catalog.
     preparer = bind.dialect.identifier_preparer

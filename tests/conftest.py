@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-
-import broker
 from support import (  # noqa: F401 - re-exported for tests that import them from here
     CONTRACT,
     INITIATOR_QUEUE,
@@ -24,6 +22,8 @@ from support import (  # noqa: F401 - re-exported for tests that import them fro
     open_dialog,
     wait_until,
 )
+
+import broker
 
 BACKENDS = ["sqlite"]
 

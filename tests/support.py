@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 
 import broker
@@ -40,3 +41,12 @@ def wait_until(condition: Callable[[], object], timeout: float = 10.0, interval:
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         time.sleep(interval)
+
+
+def target_handle(db: broker.Broker, initiator: object) -> uuid.UUID:
+    """The handle of the target endpoint of the dialog ``initiator`` began."""
+    mine = endpoint(db, initiator)
+    assert mine is not None
+    [row] = [r for r in db.catalog("sys.conversation_endpoints")
+             if r["conversation_id"] == mine["conversation_id"] and not r["is_initiator"]]
+    return row["conversation_handle"]

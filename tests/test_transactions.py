@@ -6,13 +6,12 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from sqlalchemy import Column, Integer, MetaData, String, Table, func, insert, select
+from support import CONTRACT, INITIATOR_SERVICE, REQUEST, TARGET_QUEUE, TARGET_SERVICE, open_dialog
 
 import broker
-from support import CONTRACT, INITIATOR_SERVICE, REQUEST, TARGET_QUEUE, TARGET_SERVICE, open_dialog
 
 orders = Table("orders", MetaData(), Column("id", Integer, primary_key=True), Column("item", String(50)))
 
@@ -193,3 +192,12 @@ def test_waitfor_on_a_queue_disabled_while_waiting_fails(tutorial: broker.Broker
     waiter.join(10)  # well before the 30 s WAITFOR timeout
     assert not waiter.is_alive()
     assert [f.number for f in failures] == [9617]
+
+
+def test_waitfor_keeps_application_sql_run_before_it(tutorial: broker.Broker) -> None:
+    """A WAITFOR must not roll back what the application wrote on the connection."""
+    orders.create(tutorial.engine)
+    with tutorial.transaction() as tx:
+        tx.connection.execute(insert(orders).values(item="kept"))
+        assert tx.receive(TARGET_QUEUE, timeout=0.05) == []
+    assert _order_count(tutorial) == 1

@@ -1,0 +1,206 @@
+"""``broker demo``: the request/reply tutorial of spec 12.1, told step by step.
+
+Microsoft's tutorial "Completing a Conversation in a Single Database", with its names:
+an initiator service sends a request, the target replies and ends the conversation,
+the initiator receives the reply and ends its side. Each step says what the catalog
+and the queues show afterwards. A second run first drops the objects of the first.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import click
+from sqlalchemy.engine import make_url
+
+import broker
+from cli.render import plural
+from cli.state import DEFAULT_URL, CliState, pass_state
+
+REQUEST_TYPE = "//AWDB/1DBSample/RequestMessage"
+REPLY_TYPE = "//AWDB/1DBSample/ReplyMessage"
+CONTRACT = "//AWDB/1DBSample/SampleContract"
+TARGET_SERVICE = "//AWDB/1DBSample/TargetService"
+INITIATOR_SERVICE = "//AWDB/1DBSample/InitiatorService"
+TARGET_QUEUE = "TargetQueue1DB"
+INITIATOR_QUEUE = "InitiatorQueue1DB"
+REQUEST_BODY = "<RequestMsg>Message for Target service.</RequestMsg>"
+REPLY_BODY = "<ReplyMsg>Message for Initiator service.</ReplyMsg>"
+WAIT_SECONDS = 1  # the tutorial's WAITFOR (RECEIVE ...), TIMEOUT 1000
+
+# What an earlier run left, in an order in which each drop is allowed.
+_DEMO_OBJECTS = (
+    ("sys.services", "drop_service", (TARGET_SERVICE, INITIATOR_SERVICE)),
+    ("sys.service_queues", "drop_queue", (TARGET_QUEUE, INITIATOR_QUEUE)),
+    ("sys.service_contracts", "drop_contract", (CONTRACT,)),
+    ("sys.service_message_types", "drop_message_type", (REQUEST_TYPE, REPLY_TYPE)),
+)
+
+
+@click.command()
+@pass_state
+def demo(state: CliState) -> None:
+    """Play the request/reply tutorial, step by step.
+
+    Creates the tutorial's message types, contract, queues and services
+    (//AWDB/1DBSample/...), sends a request, replies, and ends the conversation,
+    showing the queues and sys.conversation_endpoints along the way. The objects
+    stay afterwards for you to look at; running it again starts over.
+
+    \b
+    Example:
+      broker demo
+      broker --db sqlite:///tutorial.db demo
+    """
+    db = state.db()
+    shown_url = make_url(state.url).render_as_string(hide_password=True)
+    click.echo(f'Tutorial "Completing a Conversation in a Single Database" on {shown_url}\n')
+    _enable_broker(db)
+    _create_objects(db)
+    conversation_id = _initiator_sends_request(db)
+    _target_replies_and_ends(db, conversation_id)
+    _initiator_receives_and_ends(db, conversation_id)
+
+    same_db = "" if state.url == DEFAULT_URL else " (with the same --db or BROKER_URL)"
+    click.echo(f"\nDone. The objects stay in place; look at them{same_db} with")
+    for command in ("show services", "show endpoints", "status"):
+        click.echo(f"  broker {command}")
+    click.echo("Running the demo again starts over.")
+
+
+def _enable_broker(db: broker.Broker) -> None:
+    db.set_broker_enabled(True)
+    enabled = db.catalog("sys.databases")[0]["is_broker_enabled"]
+    _say(1, f"Enabled Service Broker: sys.databases.is_broker_enabled = {int(enabled)}.")
+    if _drop_earlier_run(db):
+        _more("Dropped the objects an earlier run of the demo had left.")
+
+
+def _create_objects(db: broker.Broker) -> None:
+    for name in (REQUEST_TYPE, REPLY_TYPE):
+        db.create_message_type(name, validation="WELL_FORMED_XML")
+    _say(2, "Created two message types whose bodies must be well-formed XML:")
+    _more(f"{REQUEST_TYPE} and {REPLY_TYPE}.")
+
+    db.create_contract(CONTRACT, {REQUEST_TYPE: "INITIATOR", REPLY_TYPE: "TARGET"})
+    _say(3, f"Created contract {CONTRACT}:")
+    _more("the request is SENT BY INITIATOR, the reply SENT BY TARGET.")
+
+    db.create_queue(TARGET_QUEUE)
+    db.create_service(TARGET_SERVICE, TARGET_QUEUE, contracts=[CONTRACT])
+    _say(4, f"Created queue {TARGET_QUEUE} and service {TARGET_SERVICE} on it,")
+    _more("the target of the contract.")
+
+    db.create_queue(INITIATOR_QUEUE)
+    db.create_service(INITIATOR_SERVICE, INITIATOR_QUEUE)
+    _say(5, f"Created queue {INITIATOR_QUEUE} and service {INITIATOR_SERVICE} on it")
+    _more("(no contract: it can only initiate).")
+
+
+def _initiator_sends_request(db: broker.Broker) -> uuid.UUID:
+    """Step 6: BEGIN DIALOG and SEND in one transaction; returns the conversation id."""
+    with db.transaction() as tx:
+        handle = tx.begin_dialog(INITIATOR_SERVICE, TARGET_SERVICE, CONTRACT, encryption=False)
+        tx.send(handle, message_type=REQUEST_TYPE, body=REQUEST_BODY.encode())
+    conversation_id = _conversation_id(db, handle)
+    _say(6, f"Began a dialog from {INITIATOR_SERVICE} to {TARGET_SERVICE}:")
+    _more(f"handle {handle}, conversation id {conversation_id}.")
+    _more(f"Sent the request and committed: {REQUEST_BODY}")
+    _show_queue(db, TARGET_QUEUE)
+    pending = plural(len(db.catalog("sys.transmission_queue")), "message")
+    _more(f"sys.transmission_queue holds {pending}: a local service gets its messages directly.")
+    _show_endpoints(db, conversation_id)
+    return conversation_id
+
+
+def _target_replies_and_ends(db: broker.Broker, conversation_id: uuid.UUID) -> None:
+    """Step 7: RECEIVE the request, SEND the reply, END CONVERSATION, in one transaction."""
+    with db.transaction() as tx:
+        request = _receive_one(tx, TARGET_QUEUE, REQUEST_TYPE)
+        tx.send(request.conversation_handle, message_type=REPLY_TYPE, body=REPLY_BODY.encode())
+        tx.end_conversation(request.conversation_handle)
+    _say(7, f"The target received the request on its own handle {request.conversation_handle}:")
+    _more(_text(request.message_body))
+    _more("It sent the reply, ended its side of the conversation and committed.")
+    _show_queue(db, TARGET_QUEUE)
+    _show_queue(db, INITIATOR_QUEUE)
+    _show_endpoints(db, conversation_id)
+
+
+def _initiator_receives_and_ends(db: broker.Broker, conversation_id: uuid.UUID) -> None:
+    """Step 8: RECEIVE the reply and END CONVERSATION, in one transaction."""
+    with db.transaction() as tx:
+        reply = _receive_one(tx, INITIATOR_QUEUE, REPLY_TYPE)
+        tx.end_conversation(reply.conversation_handle)
+    _say(8, f"The initiator received the reply on handle {reply.conversation_handle}:")
+    _more(_text(reply.message_body))
+    _more("It ended the conversation and committed; END CONVERSATION discarded the EndDialog.")
+    _show_queue(db, INITIATOR_QUEUE)
+    _show_endpoints(db, conversation_id)
+
+
+def _say(step: int, sentence: str) -> None:
+    click.echo(f"{step}. {sentence}")
+
+
+def _more(sentence: str) -> None:
+    click.echo(f"   {sentence}")
+
+
+def _text(body: bytes | None) -> str:
+    return (body or b"").decode("utf-8")
+
+
+def _drop_earlier_run(db: broker.Broker) -> bool:
+    dropped = False
+    for view, drop, names in _DEMO_OBJECTS:
+        present = {row["name"] for row in db.catalog(view)}
+        for name in names:
+            if name in present:
+                getattr(db, drop)(name)
+                dropped = True
+    return dropped
+
+
+def _receive_one(tx: broker.Transaction, queue: str, expected_type: str) -> broker.Message:
+    messages = tx.receive(queue, 1, timeout=WAIT_SECONDS)
+    if not messages or messages[0].message_type_name != expected_type:
+        got = messages[0].message_type_name if messages else "nothing"
+        raise click.ClickException(f"expected {expected_type} on {queue}, received {got}")
+    return messages[0]
+
+
+def _conversation_id(db: broker.Broker, handle: uuid.UUID) -> uuid.UUID:
+    endpoint = next(
+        e
+        for e in db.catalog("sys.conversation_endpoints")
+        if e["conversation_handle"] == handle
+    )
+    conversation_id: uuid.UUID = endpoint["conversation_id"]
+    return conversation_id
+
+
+def _show_queue(db: broker.Broker, queue: str) -> None:
+    rows = db.queue_rows(queue)
+    _more(f"{queue} holds {plural(len(rows), 'message')}{':' if rows else '.'}")
+    for row in rows:
+        ready = " = ready" if row.status == 1 else ""
+        _more(
+            f"  {row.message_type_name} (sequence {row.message_sequence_number}, "
+            f"status {row.status}{ready}, validation {row.validation})"
+        )
+
+
+def _show_endpoints(db: broker.Broker, conversation_id: uuid.UUID) -> None:
+    sides = {
+        bool(e["is_initiator"]): e
+        for e in db.catalog("sys.conversation_endpoints")
+        if e["conversation_id"] == conversation_id
+    }
+    states = [
+        f"{side} {sides[is_initiator]['state']} ({sides[is_initiator]['state_desc']})"
+        if is_initiator in sides
+        else f"{side} endpoint gone"
+        for is_initiator, side in ((True, "initiator"), (False, "target"))
+    ]
+    _more(f"sys.conversation_endpoints: {', '.join(states)}.")

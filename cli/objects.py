@@ -1,0 +1,238 @@
+"""CREATE / ALTER / DROP of broker objects: message types, contracts, queues, services."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from cli.state import CliState, pass_state
+
+VALIDATIONS = ("NONE", "EMPTY", "WELL_FORMED_XML", "VALID_XML")
+DIRECTIONS = ("INITIATOR", "TARGET", "ANY")
+
+
+class OnOff(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
+    """``on`` / ``off`` (any case) as a bool, like ``STATUS = ON`` in T-SQL."""
+
+    name = "on|off"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).lower()
+        if text not in ("on", "off"):
+            self.fail(f"{value!r} is not 'on' or 'off'", param, ctx)
+        return text == "on"
+
+
+ON_OFF = OnOff()
+
+
+@click.group()
+def create() -> None:
+    """Create a broker object.
+
+    Message types, contracts, queues, services and XML schema collections.
+
+    \b
+    Example:
+      broker create queue TargetQueue1DB
+      broker create service //AWDB/1DBSample/TargetService --queue TargetQueue1DB
+    """
+
+
+@create.command("message-type")
+@click.argument("name")
+@click.option(
+    "--validation",
+    type=click.Choice(VALIDATIONS, case_sensitive=False),
+    default="NONE",
+    show_default=True,
+    help="What a message body must be.",
+)
+@click.option("--schema-collection", help="XML schema collection for VALID_XML.")
+@pass_state
+def create_message_type(
+    state: CliState, name: str, validation: str, schema_collection: str | None
+) -> None:
+    """Create a message type (CREATE MESSAGE TYPE).
+
+    \b
+    Example:
+      broker create message-type //AWDB/1DBSample/RequestMessage --validation WELL_FORMED_XML
+    """
+    state.db().create_message_type(
+        name, validation=validation.upper(), schema_collection=schema_collection
+    )
+    click.echo(f"created message type {name}")
+
+
+@create.command("contract")
+@click.argument("name")
+@click.option(
+    "--message",
+    "messages",
+    multiple=True,
+    required=True,
+    metavar="TYPE:DIRECTION",
+    help="A message type and who sends it: INITIATOR, TARGET or ANY. Repeatable.",
+)
+@pass_state
+def create_contract(state: CliState, name: str, messages: tuple[str, ...]) -> None:
+    """Create a contract (CREATE CONTRACT).
+
+    Each --message names a message type and who may send it.
+
+    \b
+    Example:
+      broker create contract //AWDB/1DBSample/SampleContract \\
+        --message //AWDB/1DBSample/RequestMessage:INITIATOR \\
+        --message //AWDB/1DBSample/ReplyMessage:TARGET
+    """
+    state.db().create_contract(name, _message_usages(messages))
+    click.echo(f"created contract {name}")
+
+
+def _message_usages(messages: tuple[str, ...]) -> dict[str, str]:
+    usages: dict[str, str] = {}
+    for item in messages:
+        # Message type names may hold colons (http://...): the direction follows the last.
+        message_type, _, direction = item.rpartition(":")
+        if not message_type or direction.upper() not in DIRECTIONS:
+            raise click.BadParameter(
+                f"{item!r} is not TYPE:INITIATOR, TYPE:TARGET or TYPE:ANY", param_hint="'--message'"
+            )
+        if message_type in usages:
+            raise click.BadParameter(
+                f"message type {message_type!r} is given twice", param_hint="'--message'"
+            )
+        usages[message_type] = direction.upper()
+    return usages
+
+
+@create.command("queue")
+@click.argument("name")
+@click.option(
+    "--status",
+    type=ON_OFF,
+    default="on",
+    show_default=True,
+    help="Whether messages can be added and received.",
+)
+@click.option(
+    "--retention",
+    type=ON_OFF,
+    default="off",
+    show_default=True,
+    help="Keep messages until their conversation ends.",
+)
+@pass_state
+def create_queue(state: CliState, name: str, status: bool, retention: bool) -> None:
+    """Create a queue (CREATE QUEUE).
+
+    \b
+    Example:
+      broker create queue TargetQueue1DB --retention off
+    """
+    state.db().create_queue(name, status=status, retention=retention)
+    click.echo(f"created queue {name}")
+
+
+@create.command("service")
+@click.argument("name")
+@click.option("--queue", required=True, help="The queue that receives the service's messages.")
+@click.option(
+    "--contract",
+    "contracts",
+    multiple=True,
+    help="A contract the service accepts as a target. Repeatable; none = initiate only.",
+)
+@pass_state
+def create_service(state: CliState, name: str, queue: str, contracts: tuple[str, ...]) -> None:
+    """Create a service on a queue (CREATE SERVICE).
+
+    \b
+    Example:
+      broker create service //AWDB/1DBSample/TargetService --queue TargetQueue1DB \\
+        --contract //AWDB/1DBSample/SampleContract
+    """
+    state.db().create_service(name, queue, contracts=contracts)
+    click.echo(f"created service {name}")
+
+
+@create.command("xml-schema-collection")
+@click.argument("name")
+@click.option(
+    "--file",
+    "xsd_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    required=True,
+    help="An XSD document.",
+)
+@pass_state
+def create_xml_schema_collection(state: CliState, name: str, xsd_file: Path) -> None:
+    """Create an XML schema collection from an XSD file.
+
+    VALID_XML message types validate their bodies against it.
+
+    \b
+    Example:
+      broker create xml-schema-collection OrderSchemas --file order.xsd
+    """
+    state.db().create_xml_schema_collection(name, xsd_file.read_bytes())
+    click.echo(f"created XML schema collection {name}")
+
+
+@click.group()
+def alter() -> None:
+    """Change an existing object (ALTER).
+
+    \b
+    Example:
+      broker alter queue TargetQueue1DB --status off
+    """
+
+
+@alter.command("queue")
+@click.argument("name")
+@click.option("--status", type=ON_OFF, help="Whether messages can be added and received.")
+@click.option("--retention", type=ON_OFF, help="Keep messages until their conversation ends.")
+@pass_state
+def alter_queue(state: CliState, name: str, status: bool | None, retention: bool | None) -> None:
+    """Change a queue's options (ALTER QUEUE).
+
+    Options not given stay as they are.
+
+    \b
+    Example:
+      broker alter queue TargetQueue1DB --status off
+    """
+    changes = {k: v for k, v in {"status": status, "retention": retention}.items() if v is not None}
+    if not changes:
+        raise click.UsageError("nothing to change: give --status and/or --retention")
+    state.db().alter_queue(name, **changes)
+    click.echo(f"altered queue {name}")
+
+
+DROPPABLE = ("message-type", "contract", "queue", "service")
+
+
+@click.command()
+@click.argument("kind", type=click.Choice(DROPPABLE))
+@click.argument("name")
+@pass_state
+def drop(state: CliState, kind: str, name: str) -> None:
+    """Drop a message type, contract, queue or service.
+
+    \b
+    Example:
+      broker drop service //AWDB/1DBSample/TargetService
+      broker drop queue TargetQueue1DB
+    """
+    getattr(state.db(), "drop_" + kind.replace("-", "_"))(name)
+    click.echo(f"dropped {kind.replace('-', ' ')} {name}")
+
+
+COMMANDS = (create, alter, drop)

@@ -1,0 +1,102 @@
+"""Printing rows: rich tables on a terminal, tab-separated text otherwise, or JSON.
+
+Message bodies print as text when they are UTF-8 and as ``0x...`` hex otherwise
+(SQL Server's notation for varbinary).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+import broker
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def json_option(command: F) -> F:
+    """Add the ``--json`` flag every listing takes."""
+    return click.option(
+        "--json", "as_json", is_flag=True, help="Print a JSON array instead of a table."
+    )(command)
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 message``, ``2 messages``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def body_text(body: bytes | None) -> str | None:
+    """A message body as text: UTF-8 decoded, or ``0x`` hex when it is not UTF-8."""
+    if body is None:
+        return None
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        return "0x" + body.hex().upper()
+
+
+def jsonable(value: Any) -> Any:
+    """A catalog or message value as JSON: ids as strings, times in ISO 8601."""
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return body_text(value)
+    return value
+
+
+def message_dict(message: broker.Message) -> dict[str, Any]:
+    """The RECEIVE columns of one message, by name."""
+    return dataclasses.asdict(message)
+
+
+def emit(
+    rows: Iterable[Mapping[str, Any]],
+    columns: Sequence[str],
+    *,
+    as_json: bool,
+    title: str | None = None,
+) -> None:
+    """Print ``rows``: every key as JSON, or the chosen ``columns`` as a table."""
+    rows = list(rows)
+    if as_json:
+        click.echo(json.dumps([{k: jsonable(v) for k, v in row.items()} for row in rows], indent=2))
+        return
+    console = Console()
+    if console.is_terminal:
+        table = Table(title=title, title_justify="left")
+        for column in columns:
+            table.add_column(column, overflow="fold")  # wrap long names, never cut them
+        for row in rows:
+            table.add_row(*(Text(_cell(row.get(c))) for c in columns))
+        console.print(table)
+        return
+    if title is not None:
+        click.echo(f"# {title}")
+    click.echo("\t".join(columns))
+    for row in rows:
+        click.echo("\t".join(_flat(_cell(row.get(c))) for c in columns))
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        return value.isoformat(sep=" ", timespec="seconds")
+    return str(jsonable(value))
+
+
+def _flat(text: str) -> str:
+    # One row per line in tab-separated output.
+    return " ".join(text.split()) if any(c in text for c in "\t\r\n") else text

@@ -24,6 +24,7 @@ from broker.models import (
     ServiceQueue,
     XmlSchemaCollection,
 )
+from broker.statements import Prepared
 
 if TYPE_CHECKING:
     from lxml import etree
@@ -100,8 +101,12 @@ class Catalog:
         return schema
 
 
+_VERSION = Prepared(select(BrokerDatabase.catalog_version))
+
+
 def catalog_version(conn: Connection) -> int:
-    return conn.execute(select(BrokerDatabase.catalog_version)).scalar_one()
+    """The committed catalog version (read once per transaction)."""
+    return int(_VERSION.scalar(conn))
 
 
 def load_catalog(conn: Connection) -> Catalog:

@@ -19,7 +19,7 @@ from sqlalchemy import Row, delete, insert, select, update
 from broker import endpoints as ep
 from broker.catalog import QueueInfo
 from broker.context import TxContext
-from broker.queue_tables import RANK_DIALOG_TIMER, RANK_ERROR, RANK_SEQUENCED, queue_table
+from broker.queue_tables import RANK_DIALOG_TIMER, RANK_ERROR, RANK_SEQUENCED, queue_statements
 from broker.system_messages import (
     CONTRACT_NOT_SUPPORTED,
     DIALOG_TIMER_ID,
@@ -58,7 +58,7 @@ class Outgoing:
     kind: Kind
 
 
-def transmit(ctx: TxContext, sender: Row[Any], out: Outgoing) -> bool:
+def transmit(ctx: TxContext, sender: ep.Endpoint, out: Outgoing) -> bool:
     """Deliver ``out`` now, or hold it; True when it left the sender (delivered or discarded)."""
     if sender.held_messages:
         _hold(ctx, sender, out, sender.transmission_status)
@@ -74,7 +74,7 @@ def transmit(ctx: TxContext, sender: Row[Any], out: Outgoing) -> bool:
 
 def enqueue(
     ctx: TxContext,
-    receiver: Row[Any],
+    receiver: ep.Endpoint,
     queue: QueueInfo,
     sequence: int,
     message_type_id: int,
@@ -82,20 +82,19 @@ def enqueue(
     status: int = 1,
 ) -> None:
     """Insert one message for ``receiver`` into ``queue`` (already checked to accept it)."""
-    message_type = ctx.catalog.message_types[message_type_id]
-    ctx.conn.execute(insert(queue_table(queue.table_name)).values(
-        status=status, priority=receiver.priority,
-        conversation_group_id=receiver.conversation_group_id,
-        conversation_handle=receiver.conversation_handle, message_sequence_number=sequence,
-        service_id=receiver.service_id, service_contract_id=receiver.service_contract_id,
-        message_type_id=message_type_id, validation=message_type.validation, message_body=body,
-        message_enqueue_time=ctx.now(), receive_rank=_rank(message_type_id),
-    ))
+    queue_statements(queue.table_name).insert.run(
+        ctx.conn, p_status=status, p_priority=receiver.priority,
+        p_conversation_group_id=receiver.conversation_group_id,
+        p_conversation_handle=receiver.conversation_handle, p_message_sequence_number=sequence,
+        p_service_id=receiver.service_id, p_service_contract_id=receiver.service_contract_id,
+        p_message_type_id=message_type_id, p_validation=ctx.catalog.message_types[message_type_id].validation,
+        p_message_body=body, p_message_enqueue_time=ctx.now(), p_receive_rank=_rank(message_type_id),
+    )
     if status == 1:
         ctx.touched_queues.add(queue.id)
 
 
-def broker_error(ctx: TxContext, receiver: Row[Any], code: int, description: str) -> None:
+def broker_error(ctx: TxContext, receiver: ep.Endpoint, code: int, description: str) -> None:
     """The broker ends ``receiver``'s dialog with an error: an Error message, state ER.
 
     Broker errors are unsequenced. An endpoint that has already ended discards them.
@@ -106,7 +105,7 @@ def broker_error(ctx: TxContext, receiver: Row[Any], code: int, description: str
     deliver_system_message(ctx, receiver, ERROR_ID, error_body(code, description))
 
 
-def deliver_system_message(ctx: TxContext, receiver: Row[Any], message_type_id: int, body: bytes | None) -> None:
+def deliver_system_message(ctx: TxContext, receiver: ep.Endpoint, message_type_id: int, body: bytes | None) -> None:
     """Put a broker-made message on the receiver's queue, or hold it while the queue is OFF."""
     queue = _queue_of(ctx, receiver)
     if queue.enqueue_enabled:
@@ -142,9 +141,7 @@ def retry_held(ctx: TxContext, handles: set[uuid.UUID] | None = None) -> None:
 
 
 def _retry_system_message(ctx: TxContext, row: Row[Any]) -> bool:
-    receiver = ctx.conn.execute(
-        select(ep.endpoints).where(ep.endpoints.c.conversation_handle == row.to_conversation_handle)
-    ).first()
+    receiver = ep.find_endpoint(ctx, row.to_conversation_handle)
     if receiver is not None:
         queue = _queue_of(ctx, receiver)
         if not queue.enqueue_enabled:
@@ -155,9 +152,7 @@ def _retry_system_message(ctx: TxContext, row: Row[Any]) -> bool:
 
 
 def _retry_sequenced(ctx: TxContext, row: Row[Any]) -> bool:
-    sender = ctx.conn.execute(
-        select(ep.endpoints).where(ep.endpoints.c.conversation_handle == row.conversation_handle)
-    ).first()
+    sender = ep.find_endpoint(ctx, row.conversation_handle)
     if sender is None:
         ctx.conn.execute(delete(ep.transmissions).where(ep.transmissions.c.message_id == row.message_id))
         return True
@@ -182,7 +177,7 @@ def _retry_sequenced(ctx: TxContext, row: Row[Any]) -> bool:
     return True
 
 
-def _deliver(ctx: TxContext, sender: Row[Any], out: Outgoing) -> str | None:
+def _deliver(ctx: TxContext, sender: ep.Endpoint, out: Outgoing) -> str | None:
     """Deliver one message; None when done (or discarded), else why it must wait."""
     if not ctx.catalog.broker_enabled:
         return BROKER_DISABLED
@@ -207,7 +202,7 @@ def _deliver(ctx: TxContext, sender: Row[Any], out: Outgoing) -> str | None:
     return None
 
 
-def _deliver_first(ctx: TxContext, sender: Row[Any], out: Outgoing) -> str | None:
+def _deliver_first(ctx: TxContext, sender: ep.Endpoint, out: Outgoing) -> str | None:
     """The first message of a dialog: find the target service and create its endpoint."""
     if out.kind != "message":
         # An EndDialog or Error with nothing delivered before it (its messages were
@@ -233,7 +228,7 @@ def _deliver_first(ctx: TxContext, sender: Row[Any], out: Outgoing) -> str | Non
     group_id = uuid.uuid4()
     ep.create_group(ctx, group_id, service.id)
     guid = str(catalog.broker_guid)
-    handle = ep.create_endpoint(
+    peer = ep.create_endpoint(
         ctx, conversation_id=sender.conversation_id, is_initiator=False, contract_id=contract.id,
         group_id=group_id, service_id=service.id, lifetime=sender.lifetime, state="CO",
         far_service=catalog.services[sender.service_id].name, far_broker_instance=guid,
@@ -241,22 +236,21 @@ def _deliver_first(ctx: TxContext, sender: Row[Any], out: Outgoing) -> str | Non
     )
     # The first acknowledgement tells the initiator which broker holds the target.
     ep.set_endpoint(ctx, sender.conversation_handle, far_broker_instance=guid)
-    peer = ep.get_endpoint(ctx, handle)
     enqueue(ctx, peer, queue, out.sequence, out.message_type_id, out.body)
     _after_arrival(ctx, peer, out)
     return None
 
 
-def _after_arrival(ctx: TxContext, receiver: Row[Any], out: Outgoing) -> None:
-    values: dict[str, Any] = {"receive_sequence": out.sequence + 1}
-    if out.kind == "end" and receiver.state in ("SO", "SI", "CO"):
-        values["state"] = "DI"
+def _after_arrival(ctx: TxContext, receiver: ep.Endpoint, out: Outgoing) -> None:
+    state = receiver.state
+    if out.kind == "end" and state in ("SO", "SI", "CO"):
+        state = "DI"
     elif out.kind == "error":
-        values["state"] = "ER"
-    ep.set_endpoint(ctx, receiver.conversation_handle, **values)
+        state = "ER"
+    ep.advance_receive(ctx, receiver, out.sequence + 1, state)
 
 
-def _reject_invalid_body(ctx: TxContext, sender: Row[Any], receiver: Row[Any] | None, out: Outgoing) -> bool:
+def _reject_invalid_body(ctx: TxContext, sender: ep.Endpoint, receiver: ep.Endpoint | None, out: Outgoing) -> bool:
     """Validate at delivery; on failure the message is discarded and the dialog errors.
 
     The sender gets Error -9615 as SQL Server documents. The receiving endpoint, when it
@@ -277,7 +271,7 @@ def _reject_invalid_body(ctx: TxContext, sender: Row[Any], receiver: Row[Any] | 
     return True
 
 
-def _hold(ctx: TxContext, sender: Row[Any], out: Outgoing, reason: str) -> None:
+def _hold(ctx: TxContext, sender: ep.Endpoint, out: Outgoing, reason: str) -> None:
     catalog = ctx.catalog
     ctx.conn.execute(insert(ep.transmissions).values(
         conversation_handle=sender.conversation_handle, to_conversation_handle=None,
@@ -292,7 +286,7 @@ def _hold(ctx: TxContext, sender: Row[Any], out: Outgoing, reason: str) -> None:
                     transmission_status=reason)
 
 
-def _queue_of(ctx: TxContext, endpoint: Row[Any]) -> QueueInfo:
+def _queue_of(ctx: TxContext, endpoint: ep.Endpoint) -> QueueInfo:
     return ctx.catalog.queues[ctx.catalog.services[endpoint.service_id].queue_id]
 
 

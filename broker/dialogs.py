@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
-from typing import Any
 
-from sqlalchemy import Row, update
+from sqlalchemy import update
 
 from broker import endpoints as ep
 from broker.context import TxContext
@@ -60,7 +59,7 @@ def begin_dialog(
         ctx, conversation_id=uuid.uuid4(), is_initiator=True, contract_id=contract_info.id,
         group_id=group_id, service_id=service.id, lifetime=now + timedelta(seconds=seconds),
         state="SO", far_service=to_service, far_broker_instance=pinned,
-    )
+    ).conversation_handle
 
 
 def end_conversation(
@@ -183,7 +182,7 @@ def _group_for(
     if related_conversation is not None and related_group is not None:
         raise BrokerError(0, "BEGIN DIALOG takes RELATED_CONVERSATION or RELATED_CONVERSATION_GROUP, not both")
     if related_conversation is not None:
-        related: Row[Any] = ep.get_endpoint(ctx, related_conversation)
+        related = ep.get_endpoint(ctx, related_conversation)
         if related.service_id != service_id:
             raise BrokerError(9610, name=service_name, other=ctx.catalog.services[related.service_id].name,
                               clause="RELATED_CONVERSATION", related=str(related.conversation_handle).upper())

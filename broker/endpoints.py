@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
-from sqlalchemy import Row, Table, delete, exists, insert, select, update
+from sqlalchemy import Row, Table, bindparam, delete, exists, insert, select, update
 
 from broker.context import TxContext
 from broker.errors import BrokerError, ConversationNotFoundError
 from broker.models import ConversationEndpoint, ConversationGroup, TransmissionQueueEntry
 from broker.queue_tables import queue_table
+from broker.statements import Prepared
 
 endpoints = cast(Table, ConversationEndpoint.__table__)
 groups = cast(Table, ConversationGroup.__table__)
@@ -34,23 +35,83 @@ def as_handle(value: object) -> uuid.UUID:
         raise ConversationNotFoundError(value) from None
 
 
-def get_endpoint(ctx: TxContext, handle: object) -> Row[Any]:
-    """The endpoint row of ``handle``; 8426 if there is none."""
+class Endpoint(NamedTuple):
+    """One row of ``sb_conversation_endpoints`` (columns in table order)."""
+
+    conversation_handle: uuid.UUID
+    conversation_id: uuid.UUID
+    is_initiator: bool
+    service_contract_id: int
+    conversation_group_id: uuid.UUID
+    service_id: int
+    lifetime: datetime
+    state: str
+    far_service: str
+    far_broker_instance: str | None
+    dialog_timer: datetime | None
+    send_sequence: int
+    end_dialog_sequence: int
+    receive_sequence: int
+    system_sequence: int
+    priority: int
+    is_system: bool
+    held_messages: int
+    transmission_status: str
+    create_date: datetime
+    closed_date: datetime | None
+
+
+_BY_HANDLE = Prepared(select(endpoints).where(endpoints.c.conversation_handle == bindparam("p_handle")))
+_BY_CONVERSATION = Prepared(select(endpoints).where(
+    endpoints.c.conversation_id == bindparam("p_conversation"),
+    endpoints.c.is_initiator == bindparam("p_initiator"),
+))
+_ADVANCE_SEND = Prepared(
+    update(endpoints).where(endpoints.c.conversation_handle == bindparam("p_handle"))
+    .values(send_sequence=bindparam("p_sequence"), state=bindparam("p_state"))
+)
+_ADVANCE_RECEIVE = Prepared(
+    update(endpoints).where(endpoints.c.conversation_handle == bindparam("p_handle"))
+    .values(receive_sequence=bindparam("p_sequence"), state=bindparam("p_state"))
+)
+
+
+def get_endpoint(ctx: TxContext, handle: object) -> Endpoint:
+    """The endpoint of ``handle``; 8426 if there is none."""
     h = as_handle(handle)
-    row = ctx.conn.execute(select(endpoints).where(endpoints.c.conversation_handle == h)).first()
+    row = _BY_HANDLE.first(ctx.conn, p_handle=h)
     if row is None:
         raise ConversationNotFoundError(h)
-    return row
+    return Endpoint._make(row)
 
 
-def peer_of(ctx: TxContext, endpoint: Row[Any]) -> Row[Any] | None:
+def find_endpoint(ctx: TxContext, handle: uuid.UUID) -> Endpoint | None:
+    row = _BY_HANDLE.first(ctx.conn, p_handle=handle)
+    return None if row is None else Endpoint._make(row)
+
+
+def endpoints_where(ctx: TxContext, *conditions: Any) -> list[Endpoint]:
+    """Endpoints matching SQLAlchemy ``conditions`` (for the rarer, set-wise paths)."""
+    return [Endpoint._make(row) for row in ctx.conn.execute(select(endpoints).where(*conditions))]
+
+
+def peer_of(ctx: TxContext, endpoint: Endpoint) -> Endpoint | None:
     """The other side's endpoint when it lives in this database."""
-    return ctx.conn.execute(
-        select(endpoints).where(
-            endpoints.c.conversation_id == endpoint.conversation_id,
-            endpoints.c.is_initiator == (not endpoint.is_initiator),
-        )
-    ).first()
+    row = _BY_CONVERSATION.first(ctx.conn, p_conversation=endpoint.conversation_id,
+                                 p_initiator=not endpoint.is_initiator)
+    return None if row is None else Endpoint._make(row)
+
+
+def advance_send(ctx: TxContext, endpoint: Endpoint, state: str) -> None:
+    """Count one more sequenced message sent, and set the state."""
+    _ADVANCE_SEND.run(ctx.conn, p_handle=endpoint.conversation_handle,
+                      p_sequence=endpoint.send_sequence + 1, p_state=state)
+
+
+def advance_receive(ctx: TxContext, endpoint: Endpoint, next_sequence: int, state: str) -> None:
+    """Record the next sequence number expected, and set the state."""
+    _ADVANCE_RECEIVE.run(ctx.conn, p_handle=endpoint.conversation_handle, p_sequence=next_sequence,
+                         p_state=state)
 
 
 def set_endpoint(ctx: TxContext, handle: uuid.UUID, **values: Any) -> None:
@@ -81,21 +142,21 @@ def create_endpoint(
     far_service: str,
     far_broker_instance: str | None,
     receive_sequence: int = 0,
-) -> uuid.UUID:
-    handle = uuid.uuid4()
-    ctx.conn.execute(insert(endpoints).values(
-        conversation_handle=handle, conversation_id=conversation_id, is_initiator=is_initiator,
+) -> Endpoint:
+    endpoint = Endpoint(
+        conversation_handle=uuid.uuid4(), conversation_id=conversation_id, is_initiator=is_initiator,
         service_contract_id=contract_id, conversation_group_id=group_id, service_id=service_id,
         lifetime=lifetime, state=state, far_service=far_service,
         far_broker_instance=far_broker_instance, dialog_timer=None, send_sequence=0,
         end_dialog_sequence=-1, receive_sequence=receive_sequence, system_sequence=0,
         priority=DEFAULT_PRIORITY, is_system=False, held_messages=0, transmission_status="",
         create_date=ctx.now(), closed_date=None,
-    ))
-    return handle
+    )
+    ctx.conn.execute(insert(endpoints).values(**endpoint._asdict()))
+    return endpoint
 
 
-def remove_local_messages(ctx: TxContext, endpoint: Row[Any]) -> None:
+def remove_local_messages(ctx: TxContext, endpoint: Endpoint) -> None:
     """Delete every message of this conversation from its local queue (retained ones too)."""
     queue = ctx.catalog.queues[ctx.catalog.services[endpoint.service_id].queue_id]
     table = queue_table(queue.table_name)
@@ -109,7 +170,7 @@ def drop_held_messages(ctx: TxContext, handle: uuid.UUID) -> None:
     ))
 
 
-def close_endpoint(ctx: TxContext, endpoint: Row[Any]) -> None:
+def close_endpoint(ctx: TxContext, endpoint: Endpoint) -> None:
     """Both sides are done: drop an initiator endpoint, keep a target one as CD.
 
     SQL Server removes closed initiator endpoints and keeps target endpoints CLOSED for
@@ -122,7 +183,7 @@ def close_endpoint(ctx: TxContext, endpoint: Row[Any]) -> None:
                      dialog_timer=None, held_messages=0)
 
 
-def delete_endpoint(ctx: TxContext, endpoint: Row[Any]) -> None:
+def delete_endpoint(ctx: TxContext, endpoint: Endpoint) -> None:
     ctx.conn.execute(delete(endpoints).where(endpoints.c.conversation_handle == endpoint.conversation_handle))
     drop_group_if_empty(ctx, endpoint.conversation_group_id)
 

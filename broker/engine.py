@@ -59,4 +59,5 @@ def _configure_sqlite(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # Straight to the driver: this runs once per transaction on the hot path.
+        conn.connection.dbapi_connection.execute("BEGIN IMMEDIATE")

@@ -10,7 +10,11 @@ queue's table.
 from __future__ import annotations
 
 import re
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
 from functools import cache
+from typing import NamedTuple
 
 from sqlalchemy import (
     BigInteger,
@@ -22,12 +26,18 @@ from sqlalchemy import (
     SmallInteger,
     String,
     Table,
+    bindparam,
+    delete,
+    insert,
+    select,
     text,
+    update,
 )
 from sqlalchemy.engine import Connection
 
 from broker.errors import BrokerError
 from broker.models import SYSNAME
+from broker.statements import Prepared
 from broker.types import GUID, UTCDateTime
 
 LAYOUT_VERSION = 1
@@ -107,6 +117,61 @@ def queue_table(table_name: str) -> Table:
     Index(f"ix_{table_name}_conversation", table.c.conversation_handle, table.c.status,
           table.c.receive_rank, table.c.message_sequence_number)
     return table
+
+
+class QueueRow(NamedTuple):
+    """One row of a queue's internal table (columns in table order)."""
+
+    queuing_order: int
+    status: int
+    priority: int
+    conversation_group_id: uuid.UUID
+    conversation_handle: uuid.UUID
+    message_sequence_number: int
+    service_id: int
+    service_contract_id: int
+    message_type_id: int
+    validation: str
+    message_body: bytes | None
+    message_enqueue_time: datetime
+    receive_rank: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStatements:
+    """The prepared statements of one queue's hot path."""
+
+    insert: Prepared
+    next_ready: Prepared  # (group, conversation) holding the next message to serve
+    conversation_rows: Prepared  # one conversation's ready rows in receive order, LIMIT p_top
+    all_conversation_rows: Prepared  # the same without a limit
+    delete_row: Prepared
+    mark_received: Prepared  # RETENTION: status 0 instead of deleting
+
+
+@cache
+def queue_statements(table_name: str) -> QueueStatements:
+    t = queue_table(table_name)
+    ready = t.c.status == 1
+    rows = (
+        select(t).where(t.c.conversation_handle == bindparam("p_handle"), ready)
+        .order_by(t.c.receive_rank, t.c.message_sequence_number, t.c.queuing_order)
+    )
+    return QueueStatements(
+        insert=Prepared(insert(t).values(
+            {c.name: bindparam(f"p_{c.name}") for c in t.columns if c.name != "queuing_order"}
+        )),
+        next_ready=Prepared(
+            select(t.c.conversation_group_id, t.c.conversation_handle).where(ready)
+            .order_by(t.c.priority.desc(), t.c.queuing_order).limit(1)
+        ),
+        conversation_rows=Prepared(rows.limit(bindparam("p_top"))),
+        all_conversation_rows=Prepared(rows),
+        delete_row=Prepared(delete(t).where(t.c.queuing_order == bindparam("p_order"))),
+        mark_received=Prepared(
+            update(t).where(t.c.queuing_order == bindparam("p_order")).values(status=0)
+        ),
+    )
 
 
 def create_queue_storage(conn: Connection, queue_name: str, table_name: str) -> None:

@@ -10,11 +10,10 @@ RECEIVE does not grow with the number of messages queued.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, Table, delete, func, select, update
+from sqlalchemy import Row, bindparam, func, select
 
 from broker import endpoints as ep
 from broker.catalog import QueueInfo
@@ -22,13 +21,13 @@ from broker.context import TxContext
 from broker.delivery import deliver_system_message
 from broker.errors import BrokerError, QueueDisabledError
 from broker.messages import Message
-from broker.queue_tables import queue_table
+from broker.queue_tables import QueueRow, QueueStatements, queue_statements, queue_table
+from broker.statements import Prepared
 from broker.system_messages import DIALOG_TIMER_ID
 
 # What the status column shows in RECEIVE's result: 0, "received", as SQL Server's
 # documentation says (the stored row is deleted, or set to 0 under RETENTION).
 RECEIVE_OUTPUT_STATUS = 0
-_CHUNK = 500  # bound on IN (...) lists
 
 
 def receivable_queue(ctx: TxContext, name: str) -> QueueInfo:
@@ -56,38 +55,42 @@ def receive(
     fire_due_timers(ctx, queue)
     if top == 0:
         return []
-    table = queue_table(queue.table_name)
+    statements = queue_statements(queue.table_name)
     if conversation_handle is not None:
         endpoint = ep.get_endpoint(ctx, conversation_handle)
         if ctx.catalog.services[endpoint.service_id].queue_id != queue.id:
             raise BrokerError(8426, handle=str(endpoint.conversation_handle).upper())
-        rows = _conversation_rows(ctx, table, endpoint.conversation_handle, top)
+        rows = _conversation_rows(ctx, statements, endpoint.conversation_handle, top)
+    elif conversation_group_id is not None:
+        group_id = _named_group(ctx, queue, conversation_group_id)
+        rows = _group_rows(ctx, queue, statements, group_id, None, top)
     else:
-        group_id = _named_group(ctx, queue, conversation_group_id) if conversation_group_id is not None \
-            else next_group(ctx, table)
-        if group_id is None:
+        first = statements.next_ready.first(ctx.conn)
+        if first is None:
             return []
-        rows = _group_rows(ctx, table, group_id, top)
+        group_id, handle = first
+        rows = _group_rows(ctx, queue, statements, group_id, handle, top)
     if not rows:
         return []
-    _consume(ctx, table, queue, [r.queuing_order for r in rows])
-    return [_message(ctx, r) for r in rows]
+    _consume(ctx, statements, queue, [r.queuing_order for r in rows])
+    return [message_from_row(ctx, r, RECEIVE_OUTPUT_STATUS) for r in rows]
 
 
 def get_conversation_group(ctx: TxContext, queue_name: str) -> uuid.UUID | None:
     """The group RECEIVE would serve next, locked for this transaction; None if none."""
     queue = receivable_queue(ctx, queue_name)
     fire_due_timers(ctx, queue)
-    return next_group(ctx, queue_table(queue.table_name))
-
-
-def next_group(ctx: TxContext, table: Table) -> uuid.UUID | None:
     # SQLite: the transaction holds the database write lock, a superset of every group
     # lock, so no other transaction can hold the group this picks.
-    return ctx.conn.execute(
-        select(table.c.conversation_group_id).where(table.c.status == 1)
-        .order_by(table.c.priority.desc(), table.c.queuing_order).limit(1)
-    ).scalar()
+    first = queue_statements(queue.table_name).next_ready.first(ctx.conn)
+    return None if first is None else first[0]
+
+
+_DUE_TIMERS = Prepared(
+    select(ep.endpoints)
+    .join(ep.groups, ep.groups.c.conversation_group_id == ep.endpoints.c.conversation_group_id)
+    .where(ep.endpoints.c.dialog_timer <= bindparam("p_now"), ep.groups.c.queue_id == bindparam("p_queue"))
+)
 
 
 def fire_due_timers(ctx: TxContext, queue: QueueInfo) -> None:
@@ -95,11 +98,8 @@ def fire_due_timers(ctx: TxContext, queue: QueueInfo) -> None:
 
     The scheduler fires timers on time; this makes them fire even when none runs.
     """
-    due = ctx.conn.execute(
-        select(ep.endpoints).join(ep.groups, ep.groups.c.conversation_group_id == ep.endpoints.c.conversation_group_id)
-        .where(ep.endpoints.c.dialog_timer <= ctx.now(), ep.groups.c.queue_id == queue.id)
-    ).all()
-    for endpoint in due:
+    for row in _DUE_TIMERS.all(ctx.conn, p_now=ctx.now(), p_queue=queue.id):
+        endpoint = ep.Endpoint._make(row)
         ep.set_endpoint(ctx, endpoint.conversation_handle, dialog_timer=None)
         deliver_system_message(ctx, endpoint, DIALOG_TIMER_ID, None)
 
@@ -126,46 +126,52 @@ def _named_group(ctx: TxContext, queue: QueueInfo, value: object) -> uuid.UUID:
     return group_id
 
 
-def _group_rows(ctx: TxContext, table: Table, group_id: uuid.UUID, top: int | None) -> list[Row[Any]]:
-    rows: list[Row[Any]] = []
+def _group_rows(
+    ctx: TxContext, queue: QueueInfo, statements: QueueStatements, group_id: uuid.UUID,
+    first_handle: uuid.UUID | None, top: int | None,
+) -> list[QueueRow]:
+    """The group's ready rows: conversation by conversation, up to ``top``."""
+    rows: list[QueueRow] = []
     taken: list[uuid.UUID] = []
+    handle = first_handle
     while top is None or len(rows) < top:
-        query = select(table.c.conversation_handle).where(
-            table.c.conversation_group_id == group_id, table.c.status == 1
-        )
-        if taken:
-            query = query.where(table.c.conversation_handle.not_in(taken))
-        handle = ctx.conn.execute(
-            query.order_by(table.c.priority.desc(), table.c.queuing_order).limit(1)
-        ).scalar()
         if handle is None:
-            break
+            handle = _next_conversation(ctx, queue, group_id, taken)
+            if handle is None:
+                break
         taken.append(handle)
-        rows.extend(_conversation_rows(ctx, table, handle, None if top is None else top - len(rows)))
+        rows.extend(_conversation_rows(ctx, statements, handle, None if top is None else top - len(rows)))
+        handle = None
     return rows
 
 
-def _conversation_rows(ctx: TxContext, table: Table, handle: uuid.UUID, top: int | None) -> Sequence[Row[Any]]:
-    query = (
-        select(table).where(table.c.conversation_handle == handle, table.c.status == 1)
-        .order_by(table.c.receive_rank, table.c.message_sequence_number, table.c.queuing_order)
-    )
-    if top is not None:
-        query = query.limit(top)
-    return ctx.conn.execute(query).all()
+def _next_conversation(ctx: TxContext, queue: QueueInfo, group_id: uuid.UUID, taken: list[uuid.UUID]) -> Any:
+    table = queue_table(queue.table_name)
+    query = select(table.c.conversation_handle).where(table.c.conversation_group_id == group_id, table.c.status == 1)
+    if taken:
+        query = query.where(table.c.conversation_handle.not_in(taken))
+    return ctx.conn.execute(query.order_by(table.c.priority.desc(), table.c.queuing_order).limit(1)).scalar()
 
 
-def _consume(ctx: TxContext, table: Table, queue: QueueInfo, orders: list[int]) -> None:
-    for start in range(0, len(orders), _CHUNK):
-        chunk = orders[start:start + _CHUNK]
-        where = table.c.queuing_order.in_(chunk)
-        if queue.retention:
-            ctx.conn.execute(update(table).where(where).values(status=0))
-        else:
-            ctx.conn.execute(delete(table).where(where))
+def _conversation_rows(
+    ctx: TxContext, statements: QueueStatements, handle: uuid.UUID, top: int | None
+) -> list[QueueRow]:
+    if top is None:
+        raw = statements.all_conversation_rows.all(ctx.conn, p_handle=handle)
+    else:
+        raw = statements.conversation_rows.all(ctx.conn, p_handle=handle, p_top=top)
+    return [QueueRow._make(row) for row in raw]
 
 
-def message_from_row(ctx: TxContext, row: Row[Any], status: int) -> Message:
+def _consume(ctx: TxContext, statements: QueueStatements, queue: QueueInfo, orders: list[int]) -> None:
+    statement = statements.mark_received if queue.retention else statements.delete_row
+    if len(orders) == 1:
+        statement.run(ctx.conn, p_order=orders[0])
+    else:
+        statement.run_many(ctx.conn, [{"p_order": order} for order in orders])
+
+
+def message_from_row(ctx: TxContext, row: QueueRow | Row[Any], status: int) -> Message:
     catalog = ctx.catalog
     service = catalog.services.get(row.service_id)
     contract = catalog.contracts.get(row.service_contract_id)
@@ -181,6 +187,3 @@ def message_from_row(ctx: TxContext, row: Row[Any], status: int) -> Message:
         message_enqueue_time=row.message_enqueue_time,
     )
 
-
-def _message(ctx: TxContext, row: Row[Any]) -> Message:
-    return message_from_row(ctx, row, RECEIVE_OUTPUT_STATUS)

@@ -7,9 +7,6 @@ one handle sends nothing on any of them (SQL Server's multicast SEND is atomic).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
-
-from sqlalchemy import Row
 
 from broker import endpoints as ep
 from broker.context import TxContext
@@ -49,8 +46,7 @@ def send(ctx: TxContext, handles: object, message_type: str, body: object) -> No
             retry_held(ctx, {sender.conversation_handle})
             sender = ep.get_endpoint(ctx, sender.conversation_handle)
         sequence = sender.send_sequence
-        ep.set_endpoint(ctx, sender.conversation_handle, send_sequence=sequence + 1,
-                        state="CO" if sender.state == "SO" else sender.state)
+        ep.advance_send(ctx, sender, "CO" if sender.state == "SO" else sender.state)
         transmit(ctx, sender, Outgoing(sequence, message_type_info.id, payload, "message"))
         queue = ctx.catalog.queues[ctx.catalog.services[sender.service_id].queue_id]
         if queue.retention:
@@ -74,14 +70,14 @@ def _handle_list(handles: object) -> list[object]:
     return items
 
 
-def _checked_sender(ctx: TxContext, handle: object) -> Row[Any]:
+def _checked_sender(ctx: TxContext, handle: object) -> ep.Endpoint:
     sender = ep.get_endpoint(ctx, handle)
     if sender.state not in ep.SENDABLE_STATES:
         raise BrokerError(8429, state=sender.state)
     return sender
 
 
-def _check_contract(ctx: TxContext, sender: Row[Any], message_type_id: int, name: str) -> None:
+def _check_contract(ctx: TxContext, sender: ep.Endpoint, message_type_id: int, name: str) -> None:
     usage = ctx.catalog.contracts[sender.service_contract_id].usages.get(message_type_id)
     if usage is None:
         raise BrokerError(8431, name=name)
@@ -92,7 +88,7 @@ def _check_contract(ctx: TxContext, sender: Row[Any], message_type_id: int, name
         raise BrokerError(8434, name=name)
 
 
-def _check_retention(ctx: TxContext, sender: Row[Any]) -> None:
+def _check_retention(ctx: TxContext, sender: ep.Endpoint) -> None:
     queue = ctx.catalog.queues[ctx.catalog.services[sender.service_id].queue_id]
     if queue.retention and not queue.enqueue_enabled:
         raise BrokerError(9618, name=queue.name)

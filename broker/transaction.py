@@ -172,6 +172,10 @@ class Transaction:
     def _context(self) -> TxContext:
         if self._ctx is None:
             conn = self._connection()
+            if not conn.in_transaction():
+                # Begin through SQLAlchemy (BEGIN IMMEDIATE on SQLite) before any
+                # prepared statement runs on the driver's cursor.
+                conn.begin()
             self._ctx = TxContext(conn, self._state, self._state.catalog_for(conn))
         return self._ctx
 

@@ -1,0 +1,138 @@
+"""Prepared statements for the hot path: SEND and RECEIVE.
+
+A SQLAlchemy Core statement is compiled once per dialect into the driver's SQL, and each
+execution goes straight to the DBAPI cursor of the transaction's connection, applying
+the column types' own bind and result processors (so a ``GUID`` is still text on SQLite
+and ``uuid`` on PostgreSQL). The driver caches the prepared statement by its SQL text.
+This skips SQLAlchemy's per-execution work (cache-key generation, result objects), which
+otherwise costs several times what SQLite itself spends on a one-message transaction.
+
+The statements run inside the transaction the SQLAlchemy connection has begun; callers
+make sure it has (``TxContext`` begins it before anything else runs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy.engine import Connection, Dialect
+from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.expression import Executable
+
+Processor = Callable[[Any], Any] | None
+
+
+class _Compiled:
+    __slots__ = ("sql", "order", "binds", "defaults", "results")
+
+    def __init__(self, statement: ClauseElement, dialect: Dialect) -> None:
+        compiled = statement.compile(dialect=dialect)
+        self.sql = compiled.string
+        # Positional paramstyles (SQLite's qmark) need the values in this order; named
+        # ones (psycopg's pyformat) take a mapping.
+        self.order: tuple[str, ...] | None = tuple(compiled.positiontup) if compiled.positiontup else None
+        named = {name: bind for bind, name in compiled.bind_names.items()}
+        self.binds: dict[str, Processor] = {
+            name: bind.type.dialect_impl(dialect).bind_processor(dialect) for name, bind in named.items()
+        }
+        # Literals in the statement (``status == 1``, ``LIMIT 1``) compile to parameters
+        # too; they carry their own values.
+        self.defaults: dict[str, Any] = {
+            name: bind.effective_value for name, bind in named.items() if not bind.required
+        }
+        columns = getattr(statement, "selected_columns", None)
+        if columns is None:
+            returning = getattr(statement, "_returning", ())
+            columns = returning
+        processors = [column.type.dialect_impl(dialect).result_processor(dialect, None) for column in columns]
+        # Only the columns that need converting (uuid and time columns on SQLite).
+        self.results: list[tuple[int, Callable[[Any], Any]]] = [
+            (index, process) for index, process in enumerate(processors) if process is not None
+        ]
+
+    def parameters(self, values: Mapping[str, Any]) -> Sequence[Any] | dict[str, Any]:
+        binds = self.binds
+        defaults = self.defaults
+        if self.order is not None:
+            out = []
+            for name in self.order:
+                value = values[name] if name in values else defaults[name]
+                process = binds[name]
+                out.append(value if process is None or value is None else process(value))
+            return out
+        merged = {**defaults, **values}
+        return {
+            name: (value if (process := binds.get(name)) is None or value is None else process(value))
+            for name, value in merged.items()
+        }
+
+    def rows(self, raw: Iterable[Sequence[Any]]) -> list[tuple[Any, ...]]:
+        processors = self.results
+        if not processors:
+            return [tuple(row) for row in raw]
+        out = []
+        for row in raw:
+            values = list(row)
+            for index, process in processors:
+                value = values[index]
+                if value is not None:
+                    values[index] = process(value)
+            out.append(tuple(values))
+        return out
+
+
+class Prepared:
+    """One statement, compiled on first use for each dialect."""
+
+    __slots__ = ("_statement", "_by_dialect")
+
+    def __init__(self, statement: Executable) -> None:
+        self._statement = statement
+        self._by_dialect: dict[str, _Compiled] = {}
+
+    def _compiled(self, dialect: Dialect) -> _Compiled:
+        compiled = self._by_dialect.get(dialect.name)
+        if compiled is None:
+            compiled = _Compiled(self._statement, dialect)  # type: ignore[arg-type]
+            self._by_dialect[dialect.name] = compiled
+        return compiled
+
+    def all(self, conn: Connection, **values: Any) -> list[tuple[Any, ...]]:
+        """Execute and return every row, type-processed."""
+        compiled = self._compiled(conn.dialect)
+        cursor = _cursor(conn)
+        cursor.execute(compiled.sql, compiled.parameters(values))
+        return compiled.rows(cursor.fetchall())
+
+    def first(self, conn: Connection, **values: Any) -> tuple[Any, ...] | None:
+        rows = self.all(conn, **values)
+        return rows[0] if rows else None
+
+    def scalar(self, conn: Connection, **values: Any) -> Any:
+        row = self.first(conn, **values)
+        return None if row is None else row[0]
+
+    def run(self, conn: Connection, **values: Any) -> int:
+        """Execute a statement that returns no rows; the number of rows it changed."""
+        compiled = self._compiled(conn.dialect)
+        cursor = _cursor(conn)
+        cursor.execute(compiled.sql, compiled.parameters(values))
+        return int(cursor.rowcount)
+
+    def run_many(self, conn: Connection, values: Sequence[Mapping[str, Any]]) -> None:
+        """Execute once per parameter set (the driver's executemany)."""
+        if not values:
+            return
+        compiled = self._compiled(conn.dialect)
+        _cursor(conn).executemany(compiled.sql, [compiled.parameters(v) for v in values])
+
+
+def _cursor(conn: Connection) -> Any:
+    """A cursor of the connection's DBAPI connection, kept on the connection's info."""
+    info = conn.info
+    cursor = info.get("broker_cursor")
+    if cursor is None:
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        info["broker_cursor"] = cursor
+    return cursor

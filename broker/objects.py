@@ -200,8 +200,7 @@ def drop_service(ctx: TxContext, name: str) -> None:
     service = ctx.catalog.services_by_name.get(name)
     if service is None:
         raise BrokerError(3701, kind="service", name=name)
-    owned = ctx.conn.execute(select(ep.endpoints).where(ep.endpoints.c.service_id == service.id)).all()
-    for endpoint in owned:
+    for endpoint in ep.endpoints_where(ctx, ep.endpoints.c.service_id == service.id):
         peer = ep.peer_of(ctx, endpoint)
         if peer is not None and endpoint.state not in ("DO", "CD"):
             broker_error(ctx, peer, REMOTE_SERVICE_DROPPED, "Remote service has been dropped.")
@@ -224,9 +223,7 @@ def drop_contract(ctx: TxContext, name: str) -> None:
     if user is not None:
         raise BrokerError(3729, kind="contract", name=name, ref_kind="service", ref_name=user.name)
     # Open conversations on the contract end with an error (SQL Server: -8487).
-    for endpoint in ctx.conn.execute(
-        select(ep.endpoints).where(ep.endpoints.c.service_contract_id == contract.id)
-    ).all():
+    for endpoint in ep.endpoints_where(ctx, ep.endpoints.c.service_contract_id == contract.id):
         broker_error(ctx, endpoint, -8487, "The remote service contract has been dropped.")
     ctx.conn.execute(delete(Contract).where(Contract.service_contract_id == contract.id))
     ctx.catalog_changed()

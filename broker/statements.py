@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import Executable
 
 Processor = Callable[[Any], Any] | None
@@ -28,6 +29,7 @@ class _Compiled:
 
     def __init__(self, statement: ClauseElement, dialect: Dialect) -> None:
         compiled = statement.compile(dialect=dialect)
+        assert isinstance(compiled, SQLCompiler)
         self.sql = compiled.string
         # Positional paramstyles (SQLite's qmark) need the values in this order; named
         # ones (psycopg's pyformat) take a mapping.

@@ -22,6 +22,8 @@ def _finish(process: subprocess.Popen[str], timeout: float = 120) -> None:
 
 
 def test_four_readers_one_producer_exactly_once_in_order(tmp_path: Path) -> None:
+    """How the work spreads over the readers is not asserted: on SQLite one writer runs at
+    a time and its busy handler is not fair, so one reader may well take every message."""
     url = f"sqlite:///{tmp_path / 'mp.db'}"
     conversations, messages = 40, 10
     done = str(tmp_path / "producer.done")
@@ -45,4 +47,3 @@ def test_four_readers_one_producer_exactly_once_in_order(tmp_path: Path) -> None
         rows.sort(key=lambda r: (r["at"], r["seq"]))
         assert [int(r["body"].split(":")[1]) for r in rows] == list(range(messages))
         assert [r["seq"] for r in rows] == list(range(messages))
-    assert len({r["pid"] for r in received}) > 1, "the work should spread over several readers"

@@ -178,7 +178,8 @@ class Broker:
             return tx.run(verb)
 
     def dispose(self) -> None:
-        """Close every pooled connection."""
+        """Close every connection this object holds (idle or pooled)."""
+        self._state.close_idle()
         self.engine.dispose()
 
     def __repr__(self) -> str:

@@ -22,7 +22,11 @@ def _notifier_for(key: str) -> QueueNotifier:
 
 
 class DatabaseState:
-    """The engine, the cached catalog snapshot and the queue notifier of one database."""
+    """The engine, the cached catalog snapshot and the queue notifier of one database.
+
+    It also keeps one idle connection per thread: a broker transaction is short, and
+    taking a connection from the pool and giving it back costs as much as a SEND.
+    """
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -30,6 +34,36 @@ class DatabaseState:
         self.notifier = _notifier_for(sqlite_path(engine) or engine.url.render_as_string())
         self._catalog: Catalog | None = None
         self._lock = threading.Lock()
+        self._idle = threading.local()
+        self._kept: set[Connection] = set()
+
+    def checkout(self) -> Connection:
+        """A connection outside any transaction: this thread's idle one, or a new one."""
+        conn: Connection | None = getattr(self._idle, "connection", None)
+        if conn is not None:
+            self._idle.connection = None
+            with self._lock:
+                self._kept.discard(conn)
+            if not conn.closed and not conn.invalidated:
+                return conn
+        return self.engine.connect()
+
+    def checkin(self, conn: Connection) -> None:
+        """Keep ``conn`` for this thread's next transaction, or close it."""
+        reusable = not conn.closed and not conn.invalidated and not conn.in_transaction()
+        if reusable and getattr(self._idle, "connection", None) is None:
+            self._idle.connection = conn
+            with self._lock:
+                self._kept.add(conn)
+        else:
+            conn.close()
+
+    def close_idle(self) -> None:
+        """Close the connections kept for reuse (their threads open new ones if needed)."""
+        with self._lock:
+            kept, self._kept = self._kept, set()
+        for conn in kept:
+            conn.close()
 
     def catalog_for(self, conn: Connection) -> Catalog:
         """The snapshot valid for ``conn``'s transaction (one version read; reload if stale)."""

@@ -187,7 +187,7 @@ class Transaction:
             event.listen(self._session, "after_commit", self._notify_after_session_commit, once=True)
             return self._joined
         if self._owned is None:
-            self._owned = self._state.engine.connect()
+            self._owned = self._state.checkout()
         return self._owned
 
     # -- ending ------------------------------------------------------------------------
@@ -209,7 +209,7 @@ class Transaction:
 
     def close(self) -> None:
         if self._owned is not None:
-            self._owned.close()
+            self._state.checkin(self._owned)
             self._owned = None
 
     def _notify_after_session_commit(self, _session: Session) -> None:

@@ -82,7 +82,7 @@ def enqueue(
     status: int = 1,
 ) -> None:
     """Insert one message for ``receiver`` into ``queue`` (already checked to accept it)."""
-    queue_statements(queue.table_name).insert.run(
+    queue_statements(queue.table_name).insert.defer(
         ctx.conn, p_status=status, p_priority=receiver.priority,
         p_conversation_group_id=receiver.conversation_group_id,
         p_conversation_handle=receiver.conversation_handle, p_message_sequence_number=sequence,

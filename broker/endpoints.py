@@ -7,11 +7,13 @@ from datetime import datetime
 from typing import Any, NamedTuple, cast
 
 from sqlalchemy import Row, Table, bindparam, delete, exists, insert, select, update
+from sqlalchemy.engine import Connection
 
 from broker.context import TxContext
 from broker.errors import BrokerError, ConversationNotFoundError
 from broker.models import ConversationEndpoint, ConversationGroup, TransmissionQueueEntry
 from broker.queue_tables import queue_table
+from broker.pending import pending
 from broker.statements import Prepared
 
 endpoints = cast(Table, ConversationEndpoint.__table__)
@@ -66,28 +68,32 @@ _BY_CONVERSATION = Prepared(select(endpoints).where(
     endpoints.c.conversation_id == bindparam("p_conversation"),
     endpoints.c.is_initiator == bindparam("p_initiator"),
 ))
-_ADVANCE_SEND = Prepared(
+_WRITE_BACK = Prepared(
     update(endpoints).where(endpoints.c.conversation_handle == bindparam("p_handle"))
-    .values(send_sequence=bindparam("p_sequence"), state=bindparam("p_state"))
-)
-_ADVANCE_RECEIVE = Prepared(
-    update(endpoints).where(endpoints.c.conversation_handle == bindparam("p_handle"))
-    .values(receive_sequence=bindparam("p_sequence"), state=bindparam("p_state"))
+    .values(send_sequence=bindparam("p_send"), receive_sequence=bindparam("p_receive"),
+            state=bindparam("p_state"))
 )
 
 
 def get_endpoint(ctx: TxContext, handle: object) -> Endpoint:
     """The endpoint of ``handle``; 8426 if there is none."""
     h = as_handle(handle)
-    row = _BY_HANDLE.first(ctx.conn, p_handle=h)
-    if row is None:
+    endpoint = find_endpoint(ctx, h)
+    if endpoint is None:
         raise ConversationNotFoundError(h)
-    return Endpoint._make(row)
+    return endpoint
 
 
 def find_endpoint(ctx: TxContext, handle: uuid.UUID) -> Endpoint | None:
-    row = _BY_HANDLE.first(ctx.conn, p_handle=handle)
-    return None if row is None else Endpoint._make(row)
+    """The endpoint of ``handle`` or None; kept for the rest of the transaction."""
+    kept = pending(ctx.conn)
+    endpoint = kept.endpoints.get(handle)
+    if endpoint is None:
+        row = _BY_HANDLE.first(ctx.conn, p_handle=handle)
+        if row is None:
+            return None
+        endpoint = kept.keep(Endpoint._make(row))
+    return endpoint  # type: ignore[no-any-return]
 
 
 def endpoints_where(ctx: TxContext, *conditions: Any) -> list[Endpoint]:
@@ -97,21 +103,39 @@ def endpoints_where(ctx: TxContext, *conditions: Any) -> list[Endpoint]:
 
 def peer_of(ctx: TxContext, endpoint: Endpoint) -> Endpoint | None:
     """The other side's endpoint when it lives in this database."""
-    row = _BY_CONVERSATION.first(ctx.conn, p_conversation=endpoint.conversation_id,
-                                 p_initiator=not endpoint.is_initiator)
-    return None if row is None else Endpoint._make(row)
+    kept = pending(ctx.conn)
+    key = (endpoint.conversation_id, not endpoint.is_initiator)
+    handle = kept.by_conversation.get(key)
+    if handle is not None and handle in kept.endpoints:
+        return kept.endpoints[handle]  # type: ignore[no-any-return]
+    row = _BY_CONVERSATION.first(ctx.conn, p_conversation=key[0], p_initiator=key[1])
+    return None if row is None else kept.keep(Endpoint._make(row))  # type: ignore[no-any-return]
 
 
-def advance_send(ctx: TxContext, endpoint: Endpoint, state: str) -> None:
-    """Count one more sequenced message sent, and set the state."""
-    _ADVANCE_SEND.run(ctx.conn, p_handle=endpoint.conversation_handle,
-                      p_sequence=endpoint.send_sequence + 1, p_state=state)
+def advance_send(ctx: TxContext, endpoint: Endpoint, state: str) -> Endpoint:
+    """Count one more sequenced message sent and set the state (written back later)."""
+    return _change(ctx, endpoint._replace(send_sequence=endpoint.send_sequence + 1, state=state))
 
 
-def advance_receive(ctx: TxContext, endpoint: Endpoint, next_sequence: int, state: str) -> None:
-    """Record the next sequence number expected, and set the state."""
-    _ADVANCE_RECEIVE.run(ctx.conn, p_handle=endpoint.conversation_handle, p_sequence=next_sequence,
-                         p_state=state)
+def advance_receive(ctx: TxContext, endpoint: Endpoint, next_sequence: int, state: str) -> Endpoint:
+    """Record the next sequence number expected and set the state (written back later)."""
+    return _change(ctx, endpoint._replace(receive_sequence=next_sequence, state=state))
+
+
+def _change(ctx: TxContext, endpoint: Endpoint) -> Endpoint:
+    kept = pending(ctx.conn)
+    kept.keep(endpoint)
+    kept.dirty[endpoint.conversation_handle] = endpoint
+    return endpoint
+
+
+def write_back(conn: Connection, changed: list[Endpoint]) -> None:
+    """Write the sequence numbers and states held back by ``advance_*``."""
+    _WRITE_BACK.execute_many(conn, [
+        {"p_handle": e.conversation_handle, "p_send": e.send_sequence,
+         "p_receive": e.receive_sequence, "p_state": e.state}
+        for e in changed
+    ])
 
 
 def set_endpoint(ctx: TxContext, handle: uuid.UUID, **values: Any) -> None:

@@ -15,6 +15,8 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
+from broker import pending
+
 # How long a SQLite connection waits for the write lock before giving up. Long enough
 # that "database is locked" never reaches a user under ordinary contention.
 SQLITE_BUSY_TIMEOUT_MS = 60_000
@@ -33,8 +35,10 @@ def create_broker_engine(url: str, **kwargs: Any) -> Engine:
         Path(database).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(parsed, **kwargs)
         _configure_sqlite(engine)
-        return engine
-    return create_engine(parsed, **kwargs)
+    else:
+        engine = create_engine(parsed, **kwargs)
+    pending.install(engine)
+    return engine
 
 
 def sqlite_path(engine: Engine) -> str | None:

@@ -21,11 +21,13 @@ from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import Executable
 
+from broker.pending import flush, pending
+
 Processor = Callable[[Any], Any] | None
 
 
 class _Compiled:
-    __slots__ = ("sql", "order", "binds", "defaults", "results")
+    __slots__ = ("sql", "order", "binds", "defaults", "results", "_positional")
 
     def __init__(self, statement: ClauseElement, dialect: Dialect) -> None:
         compiled = statement.compile(dialect=dialect)
@@ -43,6 +45,11 @@ class _Compiled:
         self.defaults: dict[str, Any] = {
             name: bind.effective_value for name, bind in named.items() if not bind.required
         }
+        # For positional styles: which positions need a processor.
+        self._positional: list[tuple[int, Callable[[Any], Any]]] = [
+            (index, process) for index, name in enumerate(self.order or ())
+            if (process := self.binds[name]) is not None
+        ]
         columns = getattr(statement, "selected_columns", None)
         if columns is None:
             returning = getattr(statement, "_returning", ())
@@ -54,16 +61,17 @@ class _Compiled:
         ]
 
     def parameters(self, values: Mapping[str, Any]) -> Sequence[Any] | dict[str, Any]:
-        binds = self.binds
-        defaults = self.defaults
         if self.order is not None:
-            out = []
-            for name in self.order:
-                value = values[name] if name in values else defaults[name]
-                process = binds[name]
-                out.append(value if process is None or value is None else process(value))
+            if self.defaults:
+                values = {**self.defaults, **values}
+            out = [values[name] for name in self.order]
+            for index, process in self._positional:
+                value = out[index]
+                if value is not None:
+                    out[index] = process(value)
             return out
-        merged = {**defaults, **values}
+        binds = self.binds
+        merged = {**self.defaults, **values}
         return {
             name: (value if (process := binds.get(name)) is None or value is None else process(value))
             for name, value in merged.items()
@@ -102,6 +110,7 @@ class Prepared:
 
     def all(self, conn: Connection, **values: Any) -> list[tuple[Any, ...]]:
         """Execute and return every row, type-processed."""
+        flush(conn)
         compiled = self._compiled(conn.dialect)
         cursor = _cursor(conn)
         cursor.execute(compiled.sql, compiled.parameters(values))
@@ -117,6 +126,7 @@ class Prepared:
 
     def run(self, conn: Connection, **values: Any) -> int:
         """Execute a statement that returns no rows; the number of rows it changed."""
+        flush(conn)
         compiled = self._compiled(conn.dialect)
         cursor = _cursor(conn)
         cursor.execute(compiled.sql, compiled.parameters(values))
@@ -124,6 +134,15 @@ class Prepared:
 
     def run_many(self, conn: Connection, values: Sequence[Mapping[str, Any]]) -> None:
         """Execute once per parameter set (the driver's executemany)."""
+        flush(conn)
+        self.execute_many(conn, values)
+
+    def defer(self, conn: Connection, **values: Any) -> None:
+        """Run later in this transaction, batched with its like (see ``broker.pending``)."""
+        pending(conn).inserts.setdefault(self, []).append(values)
+
+    def execute_many(self, conn: Connection, values: Sequence[Mapping[str, Any]]) -> None:
+        """executemany without flushing first (the flush itself uses it)."""
         if not values:
             return
         compiled = self._compiled(conn.dialect)

@@ -17,7 +17,7 @@ from sqlalchemy import event, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
-from broker import dialogs, receiving, sending
+from broker import dialogs, pending, receiving, sending
 from broker.context import TxContext
 from broker.errors import BrokerError
 from broker.messages import Message
@@ -176,14 +176,17 @@ class Transaction:
                 # Begin through SQLAlchemy (BEGIN IMMEDIATE on SQLite) before any
                 # prepared statement runs on the driver's cursor.
                 conn.begin()
+                pending.discard(conn)
             self._ctx = TxContext(conn, self._state, self._state.catalog_for(conn))
         return self._ctx
 
     def _connection(self) -> Connection:
         if self._joined is not None:
+            pending.install(self._joined.engine)  # the caller's engine may not be ours
             return self._joined
         if self._session is not None:
             self._joined = self._session.connection()
+            pending.install(self._joined.engine)
             event.listen(self._session, "after_commit", self._notify_after_session_commit, once=True)
             return self._joined
         if self._owned is None:

@@ -12,8 +12,8 @@ from sqlalchemy.engine import Connection
 from broker.context import TxContext
 from broker.errors import BrokerError, ConversationNotFoundError
 from broker.models import ConversationEndpoint, ConversationGroup, TransmissionQueueEntry
-from broker.queue_tables import queue_table
 from broker.pending import pending
+from broker.queue_tables import queue_table
 from broker.statements import Prepared
 
 endpoints = cast(Table, ConversationEndpoint.__table__)
@@ -109,7 +109,7 @@ def peer_of(ctx: TxContext, endpoint: Endpoint) -> Endpoint | None:
     if handle is not None and handle in kept.endpoints:
         return kept.endpoints[handle]  # type: ignore[no-any-return]
     row = _BY_CONVERSATION.first(ctx.conn, p_conversation=key[0], p_initiator=key[1])
-    return None if row is None else kept.keep(Endpoint._make(row))  # type: ignore[no-any-return]
+    return None if row is None else kept.keep(Endpoint._make(row))
 
 
 def advance_send(ctx: TxContext, endpoint: Endpoint, state: str) -> Endpoint:

@@ -49,10 +49,10 @@ class Pending:
 def pending(conn: Connection) -> Pending:
     """This connection's buffer (made on first use)."""
     info = conn.info
-    buffer = info.get(_KEY)
+    buffer: Pending | None = info.get(_KEY)
     if buffer is None:
         buffer = info[_KEY] = Pending()
-    return buffer  # type: ignore[no-any-return]
+    return buffer
 
 
 def flush(conn: Connection) -> None:

@@ -70,12 +70,12 @@ class _Compiled:
                 if value is not None:
                     out[index] = process(value)
             return out
-        binds = self.binds
         merged = {**self.defaults, **values}
-        return {
-            name: (value if (process := binds.get(name)) is None or value is None else process(value))
-            for name, value in merged.items()
-        }
+        for name, value in merged.items():
+            bind_process = self.binds.get(name)
+            if bind_process is not None and value is not None:
+                merged[name] = bind_process(value)
+        return merged
 
     def rows(self, raw: Iterable[Sequence[Any]]) -> list[tuple[Any, ...]]:
         processors = self.results

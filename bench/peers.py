@@ -198,3 +198,59 @@ class RawSqlitePeer:
 
     def close(self) -> None:
         self._conn.close()
+
+
+class RawBrokerWritesPeer:
+    """Plain sqlite3 doing only the writes Service Broker's semantics need per message.
+
+    The floor for the broker, as ``RawSqlitePeer`` is the floor for a bare queue: the
+    message row in a table laid out like a broker queue (AUTOINCREMENT queuing order,
+    the receive-order and conversation indexes) plus the sequence numbers of the two
+    conversation endpoints. ``put``: INSERT + two endpoint UPDATEs in one transaction.
+    ``take``: the next ready row by priority and age, its DELETE, one transaction.
+    """
+
+    name = "raw sqlite3, broker's writes"
+    _HANDLE = "6f1c2d3e-4b5a-4c6d-8e7f-9a0b1c2d3e4f"
+    _PEER = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
+    _GROUP = "9e8d7c6b-5a4f-4e3d-8c2b-1a0f9e8d7c6b"
+
+    def __init__(self, directory: Path) -> None:
+        self._conn = sqlite3.connect(str(directory / "floor.db"), isolation_level=None)
+        force_full(self._conn)
+        self._conn.executescript(
+            "CREATE TABLE q (queuing_order INTEGER PRIMARY KEY AUTOINCREMENT, status INT, priority INT,"
+            " grp TEXT, handle TEXT, seq INT, body BLOB);"
+            "CREATE INDEX q_ready ON q (status, priority DESC, queuing_order);"
+            "CREATE INDEX q_group ON q (grp, status, priority DESC, queuing_order);"
+            "CREATE INDEX q_conversation ON q (handle, status, seq);"
+            "CREATE TABLE e (handle TEXT PRIMARY KEY, send_sequence INT, receive_sequence INT);"
+        )
+        self._conn.executemany("INSERT INTO e VALUES (?, 0, 0)", [(self._HANDLE,), (self._PEER,)])
+        self._seq = 0
+
+    def put(self, data: bytes) -> None:
+        conn = self._conn
+        self._seq += 1
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT INTO q (status, priority, grp, handle, seq, body) VALUES (1, 5, ?, ?, ?, ?)",
+                     (self._GROUP, self._PEER, self._seq, data))
+        conn.execute("UPDATE e SET send_sequence = ? WHERE handle = ?", (self._seq, self._HANDLE))
+        conn.execute("UPDATE e SET receive_sequence = ? WHERE handle = ?", (self._seq, self._PEER))
+        conn.execute("COMMIT")
+
+    def take(self) -> bytes | None:
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        row = conn.execute("SELECT queuing_order, body FROM q WHERE status = 1"
+                           " ORDER BY priority DESC, queuing_order LIMIT 1").fetchone()
+        if row is not None:
+            conn.execute("DELETE FROM q WHERE queuing_order = ?", (row[0],))
+        conn.execute("COMMIT")
+        return None if row is None else bytes(row[1])
+
+    def durability(self) -> Durability:
+        return read_durability(self._conn)
+
+    def close(self) -> None:
+        self._conn.close()

@@ -13,7 +13,8 @@ from rich.table import Table
 
 Row = list[str]
 
-SINGLE_PEERS = (("persist-queue", 1.0), ("huey", 1.0), ("litequeue", None), ("raw sqlite3", None))
+SINGLE_PEERS = (("persist-queue", 1.0), ("huey", 1.0), ("litequeue", None), ("raw sqlite3", None),
+                ("raw sqlite3, broker's writes", None))
 LATENCY_TARGETS_MS = {"one process (thread)": 5.0, "across processes": 50.0}
 DEPTH_TARGET = 1.5
 TEXT_COLUMNS = {"operation", "setup", "figure", "target", "status", "setting", "exactly once, in order", "details"}

@@ -15,7 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.common import Durability, Summary, body, counter_of, scratch_dir
-from bench.peers import BatchPeer, HueyPeer, LiteQueuePeer, PersistQueuePeer, QueuePeer, RawSqlitePeer
+from bench.peers import (
+    BatchPeer,
+    HueyPeer,
+    LiteQueuePeer,
+    PersistQueuePeer,
+    QueuePeer,
+    RawBrokerWritesPeer,
+    RawSqlitePeer,
+)
 from bench.scenarios import BrokerPeer
 
 PeerFactory = Callable[[Path], QueuePeer]
@@ -52,6 +60,10 @@ def scenarios(single_n: int, batch_n: int) -> list[Scenario]:
                  single_n),
         Scenario("raw sqlite3/receive1", "raw sqlite3", "SELECT + DELETE, 1 row per transaction", RawSqlitePeer,
                  "take", single_n),
+        Scenario("raw sqlite3, broker's writes/send1", "raw sqlite3, broker's writes",
+                 "INSERT + 2 endpoint UPDATEs, 1 per transaction", RawBrokerWritesPeer, "put", single_n),
+        Scenario("raw sqlite3, broker's writes/receive1", "raw sqlite3, broker's writes",
+                 "SELECT next ready + DELETE, 1 per transaction", RawBrokerWritesPeer, "take", single_n),
         Scenario("raw sqlite3/send100", "raw sqlite3", "executemany INSERT, 100 rows per transaction",
                  RawSqlitePeer, "put_many", batch_n),
         Scenario("raw sqlite3/receive100", "raw sqlite3", "SELECT + DELETE, 100 rows per transaction",

@@ -55,6 +55,10 @@ class QueueInfo:
     enqueue_enabled: bool
     retention: bool
     poison_message_handling: bool
+    activation_enabled: bool
+    activation_procedure: str | None
+    max_readers: int
+    rollback_count: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +135,8 @@ def load_catalog(conn: Connection) -> Catalog:
         row.object_id: QueueInfo(
             row.object_id, row.name, row.internal_table_name, bool(row.is_receive_enabled),
             bool(row.is_enqueue_enabled), bool(row.is_retention_enabled),
-            bool(row.is_poison_message_handling_enabled),
+            bool(row.is_poison_message_handling_enabled), bool(row.is_activation_enabled),
+            row.activation_procedure, row.max_readers, row.rollback_count,
         )
         for row in conn.execute(select(ServiceQueue.__table__))
     }

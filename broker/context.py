@@ -21,13 +21,16 @@ class TxContext:
     """A connection inside a transaction, the catalog it sees, and what it changed.
 
     ``touched_queues`` collects the queues that received messages so that waiting
-    readers are woken once the transaction commits.
+    readers are woken once the transaction commits; ``received_queues`` the queues it
+    took messages from, for poison-message detection.
     """
 
     conn: Connection
     state: DatabaseState
     catalog: Catalog
     touched_queues: set[int] = field(default_factory=set)
+    # Queues this transaction received messages from (poison-message counting).
+    received_queues: set[int] = field(default_factory=set)
 
     @staticmethod
     def now() -> datetime:

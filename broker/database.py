@@ -11,13 +11,15 @@ from sqlalchemy import Engine, func, select, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session, sessionmaker
 
-from broker import objects, schema
+from broker import objects, priorities, schema
 from broker.context import TxContext
 from broker.engine import create_broker_engine
 from broker.errors import BrokerError
+from broker.events import EventHub
 from broker.messages import Message
 from broker.queue_tables import queue_table
 from broker.receiving import message_from_row
+from broker.runtime import DEFAULT_POLL_S, Runtime
 from broker.runtime_state import DatabaseState
 from broker.transaction import Transaction
 from broker.types import GUID, UTCDateTime
@@ -28,12 +30,14 @@ CATALOG_VIEWS = (
     "databases", "xml_schema_collections", "service_message_types", "service_contracts",
     "service_contract_message_usages", "service_queues", "services", "service_contract_usages",
     "routes", "conversation_groups", "conversation_endpoints", "transmission_queue",
+    "conversation_priorities", "dm_broker_queue_monitors", "dm_broker_activated_tasks",
 )
 _VIEW_NAME = re.compile(r"^(?:sys\.)?([a-z_]+)$")
 # Catalog view columns read back as Python types on every backend (SQLite has neither
 # uuid nor timestamp types, so a view would otherwise hand back text).
 _GUID_COLUMNS = ("service_broker_guid", "conversation_handle", "conversation_id", "conversation_group_id")
-_TIME_COLUMNS = ("create_date", "modify_date", "lifetime", "dialog_timer", "security_timestamp", "enqueue_time")
+_TIME_COLUMNS = ("create_date", "modify_date", "lifetime", "dialog_timer", "security_timestamp", "enqueue_time",
+                 "last_empty_rowset_time", "last_activated_time")
 _VIEW_TYPES: dict[str, Any] = {
     **{column: GUID() for column in _GUID_COLUMNS},
     **{column: UTCDateTime() for column in _TIME_COLUMNS},
@@ -58,6 +62,7 @@ class Broker:
         self.engine = engine
         self._state = DatabaseState(engine)
         self.Session = sessionmaker(bind=engine)
+        self.events: EventHub = self._state.events
 
     # -- transactions ------------------------------------------------------------------
 
@@ -138,6 +143,24 @@ class Broker:
         """ALTER DATABASE SET ENABLE_BROKER (True) / DISABLE_BROKER (False)."""
         self._ddl(lambda ctx: objects.set_broker_enabled(ctx, enabled))
 
+    def create_broker_priority(self, name: str, *, contract_name: str | None = None,
+                               local_service_name: str | None = None, remote_service_name: str | None = None,
+                               priority_level: int | str | None = None) -> None:
+        """CREATE BROKER PRIORITY: criteria None or "ANY" match any; level 1..10, None or
+        "DEFAULT" = 5. Applies to endpoints created afterwards."""
+        self._ddl(lambda ctx: priorities.create_broker_priority(
+            ctx, name, contract_name=contract_name, local_service_name=local_service_name,
+            remote_service_name=remote_service_name, priority_level=priority_level))
+
+    def alter_broker_priority(self, name: str, **options: Any) -> None:
+        """ALTER BROKER PRIORITY: the options of ``create_broker_priority``, at least one;
+        omitted ones stay. Existing endpoints keep their priority."""
+        self._ddl(lambda ctx: priorities.alter_broker_priority(ctx, name, **options))
+
+    def drop_broker_priority(self, name: str) -> None:
+        """DROP BROKER PRIORITY; existing endpoints keep their priority."""
+        self._ddl(lambda ctx: priorities.drop_broker_priority(ctx, name))
+
     # -- looking -----------------------------------------------------------------------
 
     def queue_rows(self, queue: str) -> list[Message]:
@@ -176,6 +199,19 @@ class Broker:
     def _read(self, verb: Callable[[TxContext], T]) -> T:
         with self.transaction() as tx:
             return tx.run(verb)
+
+    # -- the runtime ---------------------------------------------------------------------
+
+    def start_runtime(self, *, poll_interval: float = DEFAULT_POLL_S, activation: bool = True) -> Runtime:
+        """Start the background scheduler (timers, lifetimes, retries) and activation.
+
+        Returns the running ``Runtime``; call its ``stop()`` (or use ``with db.runtime():``).
+        """
+        return Runtime(self, poll_interval=poll_interval, activation=activation).start()
+
+    def runtime(self, *, poll_interval: float = DEFAULT_POLL_S, activation: bool = True) -> Runtime:
+        """A runtime to use as a context manager: ``with db.runtime(): ...``."""
+        return Runtime(self, poll_interval=poll_interval, activation=activation)
 
     def dispose(self) -> None:
         """Close every connection this object holds (idle or pooled)."""

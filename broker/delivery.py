@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Literal
 
 from sqlalchemy import Row, delete, insert, select, update
@@ -30,6 +31,8 @@ from broker.system_messages import (
 from broker.validation import body_failure
 
 Kind = Literal["message", "end", "error"]
+# When a held message is first retried in the background (the scheduler backs off from here).
+FIRST_RETRY = timedelta(seconds=4)
 
 # transmission_status texts, verbatim from SQL Server.
 BROKER_DISABLED = "The broker is disabled in the sender's database."
@@ -120,6 +123,7 @@ def deliver_system_message(ctx: TxContext, receiver: ep.Endpoint, message_type_i
         message_sequence_number=receiver.receive_sequence, message_type_id=message_type_id,
         is_conversation_error=message_type_id == ERROR_ID, is_end_of_dialog=False,
         message_body=body, transmission_status=queue_disabled(queue.name), priority=receiver.priority,
+        next_attempt_time=ctx.now() + FIRST_RETRY, attempts=0,
     ))
 
 
@@ -281,6 +285,7 @@ def _hold(ctx: TxContext, sender: ep.Endpoint, out: Outgoing, reason: str) -> No
         message_sequence_number=out.sequence, message_type_id=out.message_type_id,
         is_conversation_error=out.kind == "error", is_end_of_dialog=out.kind == "end",
         message_body=out.body, transmission_status=reason, priority=sender.priority,
+        next_attempt_time=ctx.now() + FIRST_RETRY, attempts=0,
     ))
     ep.set_endpoint(ctx, sender.conversation_handle, held_messages=ep.endpoints.c.held_messages + 1,
                     transmission_status=reason)

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple, cast
 from sqlalchemy import Row, Table, bindparam, delete, exists, insert, select, update
 from sqlalchemy.engine import Connection
 
+from broker import priorities
 from broker.context import TxContext
 from broker.errors import BrokerError, ConversationNotFoundError
 from broker.models import ConversationEndpoint, ConversationGroup, TransmissionQueueEntry
@@ -20,7 +21,6 @@ endpoints = cast(Table, ConversationEndpoint.__table__)
 groups = cast(Table, ConversationGroup.__table__)
 transmissions = cast(Table, TransmissionQueueEntry.__table__)
 
-DEFAULT_PRIORITY = 5
 # States in which an endpoint may still SEND.
 SENDABLE_STATES = frozenset({"SO", "SI", "CO"})
 
@@ -173,7 +173,8 @@ def create_endpoint(
         lifetime=lifetime, state=state, far_service=far_service,
         far_broker_instance=far_broker_instance, dialog_timer=None, send_sequence=0,
         end_dialog_sequence=-1, receive_sequence=receive_sequence, system_sequence=0,
-        priority=DEFAULT_PRIORITY, is_system=False, held_messages=0, transmission_status="",
+        priority=priorities.priority_for(ctx, contract_id, service_id, far_service),
+        is_system=False, held_messages=0, transmission_status="",
         create_date=ctx.now(), closed_date=None,
     )
     ctx.conn.execute(insert(endpoints).values(**endpoint._asdict()))

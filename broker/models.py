@@ -119,6 +119,9 @@ class ServiceQueue(Base):
     # that a later migration can find and upgrade every queue's table.
     internal_table_name: Mapped[str] = mapped_column(String(SYSNAME), unique=True)
     layout_version: Mapped[int] = mapped_column(Integer)
+    # Consecutive rolled-back transactions that received from this queue (poison
+    # message detection: five disable the queue).
+    rollback_count: Mapped[int] = mapped_column(Integer, server_default="0")
     create_date: Mapped[datetime] = mapped_column(UTCDateTime())
     modify_date: Mapped[datetime] = mapped_column(UTCDateTime())
 
@@ -219,3 +222,43 @@ class TransmissionQueueEntry(Base):
     message_body: Mapped[bytes | None] = mapped_column(LargeBinary)
     transmission_status: Mapped[str] = mapped_column(String(4000))
     priority: Mapped[int] = mapped_column(SmallInteger)
+    # Background retries: when to try again, and how many tries failed so far.
+    next_attempt_time: Mapped[datetime | None] = mapped_column(UTCDateTime(), index=True)
+    attempts: Mapped[int] = mapped_column(Integer, server_default="0")
+
+
+class ConversationPriority(Base):
+    """CREATE BROKER PRIORITY: NULL criteria match ANY."""
+
+    __tablename__ = "sb_conversation_priorities"
+
+    priority_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    name: Mapped[str] = mapped_column(String(SYSNAME), unique=True)
+    service_contract_id: Mapped[int | None] = mapped_column(Integer)
+    local_service_id: Mapped[int | None] = mapped_column(Integer)
+    remote_service_name: Mapped[str | None] = mapped_column(String(256))
+    priority: Mapped[int] = mapped_column(SmallInteger)
+
+
+class QueueMonitor(Base):
+    """sys.dm_broker_queue_monitors: one row per queue watched by a running runtime."""
+
+    __tablename__ = "sb_queue_monitors"
+
+    queue_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    state: Mapped[str] = mapped_column(String(32))
+    last_empty_rowset_time: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    last_activated_time: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    tasks_waiting: Mapped[int] = mapped_column(Integer, server_default="0")
+
+
+class ActivatedTask(Base):
+    """sys.dm_broker_activated_tasks: one row per running activation reader."""
+
+    __tablename__ = "sb_activated_tasks"
+
+    task_id: Mapped[uuid.UUID] = mapped_column(GUID(), primary_key=True)
+    queue_id: Mapped[int] = mapped_column(Integer, index=True)
+    procedure_name: Mapped[str] = mapped_column(String(776))
+    process_id: Mapped[int] = mapped_column(Integer)
+    start_time: Mapped[datetime] = mapped_column(UTCDateTime())

@@ -21,6 +21,7 @@ from broker.models import (
     BrokerDatabase,
     Contract,
     ContractMessageUsage,
+    ConversationPriority,
     MessageType,
     Service,
     ServiceContractUsage,
@@ -200,6 +201,7 @@ def drop_service(ctx: TxContext, name: str) -> None:
     service = ctx.catalog.services_by_name.get(name)
     if service is None:
         raise BrokerError(3701, kind="service", name=name)
+    _refuse_if_prioritized(ctx, "service", name, ConversationPriority.local_service_id == service.id)
     for endpoint in ep.endpoints_where(ctx, ep.endpoints.c.service_id == service.id):
         peer = ep.peer_of(ctx, endpoint)
         if peer is not None and endpoint.state not in ("DO", "CD"):
@@ -222,6 +224,7 @@ def drop_contract(ctx: TxContext, name: str) -> None:
     user = next((s for s in ctx.catalog.services.values() if contract.id in s.contract_ids), None)
     if user is not None:
         raise BrokerError(3729, kind="contract", name=name, ref_kind="service", ref_name=user.name)
+    _refuse_if_prioritized(ctx, "contract", name, ConversationPriority.service_contract_id == contract.id)
     # Open conversations on the contract end with an error (SQL Server: -8487).
     for endpoint in ep.endpoints_where(ctx, ep.endpoints.c.service_contract_id == contract.id):
         broker_error(ctx, endpoint, -8487, "The remote service contract has been dropped.")
@@ -248,6 +251,13 @@ def set_broker_enabled(ctx: TxContext, enabled: bool) -> None:
     ctx.catalog_changed()
     if enabled:
         retry_held(ctx)
+
+
+def _refuse_if_prioritized(ctx: TxContext, kind: str, name: str, condition: Any) -> None:
+    """DROP fails while a broker priority names the object (3729), as in SQL Server."""
+    priority = ctx.conn.execute(select(ConversationPriority.name).where(condition).limit(1)).scalar()
+    if priority is not None:
+        raise BrokerError(3729, kind=kind, name=name, ref_kind="broker priority", ref_name=priority)
 
 
 def _activation_values(activation: Mapping[str, Any] | None, *, creating: bool) -> dict[str, Any]:

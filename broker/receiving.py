@@ -13,17 +13,15 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, bindparam, func, select
+from sqlalchemy import Row, func, select
 
 from broker import endpoints as ep
+from broker import poison, scheduler
 from broker.catalog import QueueInfo
 from broker.context import TxContext
-from broker.delivery import deliver_system_message
 from broker.errors import BrokerError, QueueDisabledError
 from broker.messages import Message
 from broker.queue_tables import QueueRow, QueueStatements, queue_statements, queue_table
-from broker.statements import Prepared
-from broker.system_messages import DIALOG_TIMER_ID
 
 # What the status column shows in RECEIVE's result: 0, "received", as SQL Server's
 # documentation says (the stored row is deleted, or set to 0 under RETENTION).
@@ -52,7 +50,7 @@ def receive(
     if conversation_handle is not None and conversation_group_id is not None:
         raise BrokerError(0, "RECEIVE takes WHERE conversation_handle or conversation_group_id, not both")
     queue = receivable_queue(ctx, queue_name)
-    fire_due_timers(ctx, queue)
+    fire_due_work(ctx, queue)
     if top == 0:
         return []
     statements = queue_statements(queue.table_name)
@@ -73,44 +71,37 @@ def receive(
     if not rows:
         return []
     _consume(ctx, statements, queue, [r.queuing_order for r in rows])
+    ctx.received_queues.add(queue.id)
+    if queue.rollback_count:
+        poison.reset_count(ctx, queue.id)  # undone with this transaction if it rolls back
     return [message_from_row(ctx, r, RECEIVE_OUTPUT_STATUS) for r in rows]
 
 
 def get_conversation_group(ctx: TxContext, queue_name: str) -> uuid.UUID | None:
     """The group RECEIVE would serve next, locked for this transaction; None if none."""
     queue = receivable_queue(ctx, queue_name)
-    fire_due_timers(ctx, queue)
+    fire_due_work(ctx, queue)
     # SQLite: the transaction holds the database write lock, a superset of every group
     # lock, so no other transaction can hold the group this picks.
     first = queue_statements(queue.table_name).next_ready.first(ctx.conn)
     return None if first is None else first[0]
 
 
-_DUE_TIMERS = Prepared(
-    select(ep.endpoints)
-    .join(ep.groups, ep.groups.c.conversation_group_id == ep.endpoints.c.conversation_group_id)
-    .where(ep.endpoints.c.dialog_timer <= bindparam("p_now"), ep.groups.c.queue_id == bindparam("p_queue"))
-)
-
-
-def fire_due_timers(ctx: TxContext, queue: QueueInfo) -> None:
-    """Put a DialogTimer on the queue for every expired timer of its conversations.
-
-    The scheduler fires timers on time; this makes them fire even when none runs.
-    """
-    for row in _DUE_TIMERS.all(ctx.conn, p_now=ctx.now(), p_queue=queue.id):
-        endpoint = ep.Endpoint._make(row)
-        ep.set_endpoint(ctx, endpoint.conversation_handle, dialog_timer=None)
-        deliver_system_message(ctx, endpoint, DIALOG_TIMER_ID, None)
+def fire_due_work(ctx: TxContext, queue: QueueInfo) -> None:
+    """Fire the queue's expired timers and lifetimes (the runtime does it on time)."""
+    scheduler.fire_due_timers(ctx, queue.id)
+    scheduler.expire_lifetimes(ctx, queue.id)
 
 
 def next_timer(ctx: TxContext, queue: QueueInfo) -> datetime | None:
-    """The earliest armed timer among the queue's conversations."""
-    return ctx.conn.execute(
-        select(func.min(ep.endpoints.c.dialog_timer))
-        .join(ep.groups, ep.groups.c.conversation_group_id == ep.endpoints.c.conversation_group_id)
-        .where(ep.groups.c.queue_id == queue.id)
-    ).scalar()
+    """The earliest timer or lifetime among the queue's open conversations."""
+    e, g = ep.endpoints, ep.groups
+    joined = select().select_from(e).join(g, g.c.conversation_group_id == e.c.conversation_group_id)
+    timer = ctx.conn.execute(joined.add_columns(func.min(e.c.dialog_timer)).where(g.c.queue_id == queue.id)).scalar()
+    lifetime = ctx.conn.execute(joined.add_columns(func.min(e.c.lifetime)).where(
+        g.c.queue_id == queue.id, e.c.state.in_(("SO", "SI", "CO", "DI")))).scalar()
+    present = [moment for moment in (timer, lifetime) if moment is not None]
+    return min(present) if present else None
 
 
 def _named_group(ctx: TxContext, queue: QueueInfo, value: object) -> uuid.UUID:

@@ -9,6 +9,7 @@ from sqlalchemy.engine import Connection
 
 from broker.catalog import Catalog, catalog_version, load_catalog
 from broker.engine import sqlite_path
+from broker.events import EventHub
 from broker.waiting import QueueNotifier
 
 _notifiers: dict[str, QueueNotifier] = {}
@@ -35,6 +36,7 @@ class DatabaseState:
         self._catalog: Catalog | None = None
         self._lock = threading.Lock()
         self._idle = threading.local()
+        self.events = EventHub()
         self._kept: set[Connection] = set()
 
     def checkout(self) -> Connection:

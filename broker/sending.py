@@ -74,6 +74,10 @@ def _checked_sender(ctx: TxContext, handle: object) -> ep.Endpoint:
     sender = ep.get_endpoint(ctx, handle)
     if sender.state not in ep.SENDABLE_STATES:
         raise BrokerError(8429, state=sender.state)
+    if sender.lifetime <= ctx.now():
+        # The dialog has outlived its LIFETIME: it is in error even before the
+        # scheduler (or a RECEIVE) delivers the -8489 Error message.
+        raise BrokerError(8429, state="ER")
     return sender
 
 

@@ -33,6 +33,8 @@ class _Compiled:
         compiled = statement.compile(dialect=dialect)
         assert isinstance(compiled, SQLCompiler)
         self.sql = compiled.string
+        if "POSTCOMPILE" in self.sql:
+            raise ValueError("a prepared statement cannot hold an expanding IN (...) list: " + self.sql)
         # Positional paramstyles (SQLite's qmark) need the values in this order; named
         # ones (psycopg's pyformat) take a mapping.
         self.order: tuple[str, ...] | None = tuple(compiled.positiontup) if compiled.positiontup else None

@@ -8,6 +8,7 @@ from its first verb to its end: that lock includes every conversation group lock
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from sqlalchemy import event, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
-from broker import dialogs, pending, receiving, sending
+from broker import dialogs, events, pending, poison, receiving, sending
 from broker.context import TxContext
 from broker.errors import BrokerError
 from broker.messages import Message
@@ -27,6 +28,7 @@ from broker.waiting import wait_for_queue
 if TYPE_CHECKING:
     from broker.runtime_state import DatabaseState
 
+log = logging.getLogger("broker")
 T = TypeVar("T")
 FOREVER = -1
 
@@ -206,9 +208,27 @@ class Transaction:
         self._state.notifier.notify(touched)
 
     def rollback(self) -> None:
+        received = self._ctx.received_queues if self._ctx is not None else set()
         if self._owned is not None:
             self._owned.rollback()
         self._ctx = None
+        if received and self._owned is not None:
+            self._count_poison_rollback(received)
+
+    def _count_poison_rollback(self, queue_ids: set[int]) -> None:
+        """Count this rollback against the queues it received from, in a new transaction."""
+        counter = Transaction(self._state)
+        try:
+            disabled = counter.run(lambda ctx: poison.count_rollback(ctx, queue_ids))
+            counter.commit()
+        except BaseException:
+            counter.rollback()
+            raise
+        finally:
+            counter.close()
+        for name in disabled:
+            log.warning("queue %s disabled: five consecutive rolled-back RECEIVE transactions", name)
+            self._state.events.emit(events.BROKER_QUEUE_DISABLED, queue=name)
 
     def close(self) -> None:
         if self._owned is not None:

@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+# The key every commit bumps, whatever queues it touched (the runtime waits on it).
+ANY_QUEUE = -1
 # Back-off between data_version checks while nothing happens in this process.
 FIRST_CHECK_S = 0.001
 LONGEST_CHECK_S = 0.025
@@ -32,10 +34,8 @@ class QueueNotifier:
             return self._counters.get(queue_id, 0)
 
     def notify(self, queue_ids: set[int]) -> None:
-        if not queue_ids:
-            return
         with self._condition:
-            for queue_id in queue_ids:
+            for queue_id in (*queue_ids, ANY_QUEUE):
                 self._counters[queue_id] = self._counters.get(queue_id, 0) + 1
             self._condition.notify_all()
 

@@ -14,7 +14,7 @@ from alembic.util.exc import CommandError
 from sqlalchemy.exc import SQLAlchemyError
 
 import broker
-from cli import conversations, demo, objects, schema, show
+from cli import conversations, demo, objects, run, schema, show
 from cli.state import DEFAULT_URL, CliState
 
 
@@ -72,6 +72,7 @@ for _command in (
     *objects.COMMANDS,
     *conversations.COMMANDS,
     *show.COMMANDS,
+    *run.COMMANDS,
     demo.demo,
 ):
     cli.add_command(_command)

@@ -1,4 +1,5 @@
-"""CREATE / ALTER / DROP of broker objects: message types, contracts, queues, services."""
+"""CREATE / ALTER / DROP of broker objects: message types, contracts, queues, services,
+broker priorities."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 import click
 
+from cli.render import F
 from cli.state import CliState, pass_state
 
 VALIDATIONS = ("NONE", "EMPTY", "WELL_FORMED_XML", "VALID_XML")
@@ -30,11 +32,35 @@ class OnOff(click.ParamType):  # type: ignore[type-arg]  # generic only in newer
 ON_OFF = OnOff()
 
 
+class PriorityLevel(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
+    """An integer or ``DEFAULT`` (any case), like ``PRIORITY_LEVEL = 8`` in T-SQL.
+
+    The range (1 to 10) is the library's to check.
+    """
+
+    name = "level"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
+        if isinstance(value, int):
+            return value
+        text = str(value)
+        if text.upper() == "DEFAULT":
+            return "DEFAULT"
+        try:
+            return int(text)
+        except ValueError:
+            self.fail(f"{value!r} is not a number or DEFAULT", param, ctx)
+
+
+PRIORITY_LEVEL = PriorityLevel()
+
+
 @click.group()
 def create() -> None:
     """Create a broker object.
 
-    Message types, contracts, queues, services and XML schema collections.
+    Message types, contracts, queues, services, XML schema collections and broker
+    priorities.
 
     \b
     Example:
@@ -185,6 +211,67 @@ def create_xml_schema_collection(state: CliState, name: str, xsd_file: Path) -> 
     click.echo(f"created XML schema collection {name}")
 
 
+def _priority_options(command: F) -> F:
+    """The criteria and level of a broker priority, as options."""
+    options = (
+        click.option("--contract", help="Contract of the conversations it applies to, or ANY."),
+        click.option("--local-service", help="Service of the endpoint on this side, or ANY."),
+        click.option(
+            "--remote-service", help="Service at the other end (case-sensitive), or ANY."
+        ),
+        click.option(
+            "--level", type=PRIORITY_LEVEL, help="1 (lowest) to 10 (highest), or DEFAULT (5)."
+        ),
+    )
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def _priority_settings(
+    contract: str | None,
+    local_service: str | None,
+    remote_service: str | None,
+    level: int | str | None,
+) -> dict[str, Any]:
+    """The options given, by the names ``create_broker_priority`` takes."""
+    given = {
+        "contract_name": contract,
+        "local_service_name": local_service,
+        "remote_service_name": remote_service,
+        "priority_level": level,
+    }
+    return {option: value for option, value in given.items() if value is not None}
+
+
+@create.command("priority")
+@click.argument("name")
+@_priority_options
+@pass_state
+def create_priority(
+    state: CliState,
+    name: str,
+    contract: str | None,
+    local_service: str | None,
+    remote_service: str | None,
+    level: int | str | None,
+) -> None:
+    """Create a broker priority (CREATE BROKER PRIORITY).
+
+    Conversation endpoints created afterwards whose contract and services match get its
+    level. Criteria not given match ANY; the level defaults to 5.
+
+    \b
+    Example:
+      broker create priority UrgentOrders --contract //AWDB/1DBSample/SampleContract \\
+        --local-service //AWDB/1DBSample/TargetService --level 8
+    """
+    state.db().create_broker_priority(
+        name, **_priority_settings(contract, local_service, remote_service, level)
+    )
+    click.echo(f"created priority {name}")
+
+
 @click.group()
 def alter() -> None:
     """Change an existing object (ALTER).
@@ -216,22 +303,60 @@ def alter_queue(state: CliState, name: str, status: bool | None, retention: bool
     click.echo(f"altered queue {name}")
 
 
-DROPPABLE = ("message-type", "contract", "queue", "service")
+@alter.command("priority")
+@click.argument("name")
+@_priority_options
+@pass_state
+def alter_priority(
+    state: CliState,
+    name: str,
+    contract: str | None,
+    local_service: str | None,
+    remote_service: str | None,
+    level: int | str | None,
+) -> None:
+    """Change a broker priority (ALTER BROKER PRIORITY).
+
+    Options not given stay as they are; ANY widens a criterion again. Existing
+    conversation endpoints keep the priority they were created with.
+
+    \b
+    Example:
+      broker alter priority UrgentOrders --level 9 --local-service ANY
+    """
+    changes = _priority_settings(contract, local_service, remote_service, level)
+    if not changes:
+        raise click.UsageError(
+            "nothing to change: give --contract, --local-service, --remote-service and/or --level"
+        )
+    state.db().alter_broker_priority(name, **changes)
+    click.echo(f"altered priority {name}")
+
+
+# kind -> the Broker method that drops it
+DROPPABLE = {
+    "message-type": "drop_message_type",
+    "contract": "drop_contract",
+    "queue": "drop_queue",
+    "service": "drop_service",
+    "priority": "drop_broker_priority",
+}
 
 
 @click.command()
-@click.argument("kind", type=click.Choice(DROPPABLE))
+@click.argument("kind", type=click.Choice(tuple(DROPPABLE)))
 @click.argument("name")
 @pass_state
 def drop(state: CliState, kind: str, name: str) -> None:
-    """Drop a message type, contract, queue or service.
+    """Drop a message type, contract, queue, service or broker priority.
 
     \b
     Example:
       broker drop service //AWDB/1DBSample/TargetService
       broker drop queue TargetQueue1DB
+      broker drop priority UrgentOrders
     """
-    getattr(state.db(), "drop_" + kind.replace("-", "_"))(name)
+    getattr(state.db(), DROPPABLE[kind])(name)
     click.echo(f"dropped {kind.replace('-', ' ')} {name}")
 
 

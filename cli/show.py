@@ -67,6 +67,10 @@ LISTINGS: dict[str, tuple[str, tuple[str, ...]]] = {
             "transmission_status",
         ),
     ),
+    "priorities": (
+        "sys.conversation_priorities",
+        ("name", "priority_id", "priority", "contract", "local_service", "remote_service_name"),
+    ),
     "routes": (
         "sys.routes",
         (
@@ -117,10 +121,30 @@ def _with_messages(db: broker.Broker, rows: list[Row]) -> list[Row]:
     ]
 
 
+def _with_criteria_names(db: broker.Broker, rows: list[Row]) -> list[Row]:
+    """Broker priorities with their contract and local service by name; NULL is ANY."""
+    contracts = {c["service_contract_id"]: c["name"] for c in db.catalog("sys.service_contracts")}
+    services = {s["service_id"]: s["name"] for s in db.catalog("sys.services")}
+
+    def name(names: dict[int, str], key: int | None) -> Any:
+        return "ANY" if key is None else names.get(key, key)
+
+    return [
+        {
+            **row,
+            "contract": name(contracts, row["service_contract_id"]),
+            "local_service": name(services, row["local_service_id"]),
+            "remote_service_name": "ANY" if row["remote_service_name"] is None else row["remote_service_name"],
+        }
+        for row in rows
+    ]
+
+
 # Readable names instead of ids, for the human table only.
 _ENRICH: dict[str, Callable[[broker.Broker, list[Row]], list[Row]]] = {
     "services": _with_queue_and_contracts,
     "contracts": _with_messages,
+    "priorities": _with_criteria_names,
 }
 
 
@@ -131,12 +155,14 @@ _ENRICH: dict[str, Callable[[broker.Broker, list[Row]], list[Row]]] = {
 def show(state: CliState, listing: str, as_json: bool) -> None:
     """List catalog rows (the sys.* views).
 
-    endpoints is sys.conversation_endpoints, transmission is sys.transmission_queue.
+    endpoints is sys.conversation_endpoints, transmission is sys.transmission_queue,
+    priorities is sys.conversation_priorities (broker priorities).
 
     \b
     Example:
       broker show services
       broker show endpoints --json
+      broker show priorities
     """
     view, columns = LISTINGS[listing]
     db = state.db()

@@ -1,0 +1,132 @@
+"""The broker's background work for one database: ``broker run`` and ``db.start_runtime()``.
+
+One scheduler thread fires conversation timers and dialog lifetimes on time, retries the
+transmission queue with back-off, and gives the activation manager its turn. It sleeps
+until the next deadline and wakes early on any commit to the database: at once for this
+process's commits, within milliseconds for other processes' (``PRAGMA data_version``).
+
+Several runtimes may serve one database at once (two ``broker run`` processes, or an
+application plus ``broker run``): each pass is one transaction that clears what it fires,
+so nothing fires twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from broker import events, scheduler
+from broker.waiting import ANY_QUEUE, wait_for_queue
+
+if TYPE_CHECKING:
+    from broker.database import Broker
+
+log = logging.getLogger("broker.runtime")
+
+# Longest sleep between passes when nothing is due.
+DEFAULT_POLL_S = 1.0
+# Shortest gap between passes: commits wake the scheduler (a new timer may be due soon),
+# and a busy queue commits thousands of times a second.
+MIN_GAP_S = 0.02
+
+
+class Runtime:
+    """The scheduler thread (and activation) of one ``Broker``; a context manager."""
+
+    def __init__(self, db: Broker, *, poll_interval: float = DEFAULT_POLL_S, activation: bool = True) -> None:
+        from broker.activation import ActivationManager  # activation needs the runtime's types
+
+        self.db = db
+        self.poll_interval = poll_interval
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.activation = ActivationManager(db, self._stopping) if activation else None
+        self.passes = 0
+
+    def start(self) -> Runtime:
+        """Start the scheduler thread (returns self)."""
+        if self._thread is not None:
+            raise RuntimeError("this runtime is already running")
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._loop, name="broker-runtime", daemon=True)
+        self._thread.start()
+        log.info("runtime started on %s", self.db)
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop: no new passes or readers; wait for running readers and the current pass.
+
+        An activated reader's own transaction finishes or rolls back; nothing is lost.
+        """
+        self._stopping.set()
+        self.db._state.notifier.notify(set())  # wake the scheduler thread
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        if self.activation is not None:
+            self.activation.stop(timeout)
+        log.info("runtime stopped")
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def __enter__(self) -> Runtime:
+        return self if self.running else self.start()
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self.stop()
+
+    def run_pass(self) -> float:
+        """One pass: due work in one transaction, then activation. Seconds until the next."""
+        with self.db.transaction() as tx:
+            done = tx.run(scheduler.run_due)
+            deadline = tx.run(scheduler.next_deadline)
+        self.passes += 1
+        self._announce(done)
+        wait = self.poll_interval
+        if deadline is not None:
+            wait = min(wait, max(0.0, (deadline - datetime.now(UTC)).total_seconds()))
+        if self.activation is not None:
+            again = self.activation.evaluate()
+            if again is not None:
+                wait = min(wait, again)
+        return wait
+
+    def _loop(self) -> None:
+        state = self.db._state
+        watcher = self.db.engine.raw_connection() if state.is_sqlite else None
+        try:
+            while not self._stopping.is_set():
+                started = time.monotonic()
+                try:
+                    wait = self.run_pass()
+                except Exception:
+                    log.exception("scheduler pass failed; retrying")
+                    wait = self.poll_interval
+                if self._stopping.is_set():
+                    break
+                wait_for_queue(state.notifier, ANY_QUEUE, time.monotonic() + wait,
+                               watcher.driver_connection if watcher is not None else None,
+                               lambda: True)
+                self._stopping.wait(max(0.0, started + MIN_GAP_S - time.monotonic()))
+        finally:
+            if watcher is not None:
+                watcher.close()
+
+    def _announce(self, done: scheduler.DueWork) -> None:
+        hub = self.db.events
+        for endpoint in done.timers:
+            log.info("timer fired on conversation %s", endpoint.conversation_handle)
+            hub.emit(events.TIMER_FIRED, conversation_handle=endpoint.conversation_handle)
+        for endpoint in done.expired:
+            log.info("lifetime expired on conversation %s", endpoint.conversation_handle)
+            hub.emit(events.LIFETIME_EXPIRED, conversation_handle=endpoint.conversation_handle)
+        if done.retried:
+            log.info("delivered %d held message(s) from the transmission queue", done.retried)
+            hub.emit(events.MESSAGES_RETRIED, count=done.retried)

@@ -1,0 +1,129 @@
+"""Work that falls due with time: conversation timers, dialog lifetimes, transmission retries.
+
+Every function runs inside the caller's transaction and finds its work through an index
+on the deadline (``dialog_timer``, ``lifetime``, ``next_attempt_time``), so the cost of a
+pass does not grow with the number of conversations that have nothing due. The runtime's
+scheduler calls ``run_due`` on time; RECEIVE and GET CONVERSATION GROUP call the timer and
+lifetime parts for their own queue, so a program that never starts the runtime still
+sees its DialogTimer and lifetime Error messages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlalchemy import bindparam, func, or_, select, update
+
+from broker import endpoints as ep
+from broker.context import TxContext
+from broker.delivery import broker_error, deliver_system_message, retry_held
+from broker.statements import Prepared
+from broker.system_messages import DIALOG_TIMER_ID, LIFETIME_EXPIRED
+
+# Transmission retries: a few seconds, doubling, capped near a minute (spec 7.4); the
+# first one is scheduled by delivery.FIRST_RETRY when the message is held.
+FIRST_RETRY_S = 4
+LONGEST_RETRY_S = 64
+LIFETIME_TEXT = "The dialog has exceeded the specified LIFETIME."
+# States whose lifetime still matters (the others have ended or already failed).
+_OPEN_STATES = ("SO", "SI", "CO", "DI")
+
+_e, _g, _t = ep.endpoints, ep.groups, ep.transmissions
+_ON_GROUP = _g.c.conversation_group_id == _e.c.conversation_group_id
+# Spelled out, not IN (...): a prepared statement cannot carry an expanding list.
+_IS_OPEN = or_(*(_e.c.state == state for state in _OPEN_STATES))
+_DUE_TIMERS = Prepared(select(_e).where(_e.c.dialog_timer <= bindparam("p_now")))
+_DUE_TIMERS_OF_QUEUE = Prepared(
+    select(_e).join(_g, _ON_GROUP)
+    .where(_e.c.dialog_timer <= bindparam("p_now"), _g.c.queue_id == bindparam("p_queue"))
+)
+_EXPIRED = Prepared(select(_e).where(_e.c.lifetime <= bindparam("p_now"), _IS_OPEN))
+_EXPIRED_OF_QUEUE = Prepared(
+    select(_e).join(_g, _ON_GROUP)
+    .where(_e.c.lifetime <= bindparam("p_now"), _IS_OPEN, _g.c.queue_id == bindparam("p_queue"))
+)
+
+
+@dataclass(slots=True)
+class DueWork:
+    """What one pass did."""
+
+    timers: list[ep.Endpoint] = field(default_factory=list)
+    expired: list[ep.Endpoint] = field(default_factory=list)
+    retried: int = 0
+
+
+def retry_delay(attempts: int) -> timedelta:
+    """Wait before the next delivery attempt after ``attempts`` failed ones."""
+    return timedelta(seconds=min(FIRST_RETRY_S * 2 ** min(attempts, 8), LONGEST_RETRY_S))
+
+
+def fire_due_timers(ctx: TxContext, queue_id: int | None = None) -> list[ep.Endpoint]:
+    """Put a DialogTimer on the local queue of every endpoint whose timer expired, and
+    clear the timer, in this transaction. Nothing is sent to the far side."""
+    now = ctx.now()
+    rows = (_DUE_TIMERS.all(ctx.conn, p_now=now) if queue_id is None
+            else _DUE_TIMERS_OF_QUEUE.all(ctx.conn, p_now=now, p_queue=queue_id))
+    fired = [ep.Endpoint._make(row) for row in rows]
+    for endpoint in fired:
+        ep.set_endpoint(ctx, endpoint.conversation_handle, dialog_timer=None)
+        deliver_system_message(ctx, endpoint, DIALOG_TIMER_ID, None)
+    return fired
+
+
+def expire_lifetimes(ctx: TxContext, queue_id: int | None = None) -> list[ep.Endpoint]:
+    """Error -8489 to every open endpoint whose dialog outlived its LIFETIME; state ER.
+
+    Each side's endpoint carries the lifetime, so both sides fail, each in its own queue.
+    """
+    now = ctx.now()
+    rows = (_EXPIRED.all(ctx.conn, p_now=now) if queue_id is None
+            else _EXPIRED_OF_QUEUE.all(ctx.conn, p_now=now, p_queue=queue_id))
+    expired = [ep.Endpoint._make(row) for row in rows]
+    for endpoint in expired:
+        broker_error(ctx, endpoint, LIFETIME_EXPIRED, LIFETIME_TEXT)
+    return expired
+
+
+def retry_due_transmissions(ctx: TxContext) -> int:
+    """Try again the held messages whose retry time has come; back off the rest.
+
+    Returns how many messages left the transmission queue.
+    """
+    now = ctx.now()
+    due = ctx.conn.execute(
+        select(_t.c.message_id, _t.c.conversation_handle).where(_t.c.next_attempt_time <= now)
+    ).all()
+    if not due:
+        return 0
+    before = _held_count(ctx)
+    retry_held(ctx, {row.conversation_handle for row in due})
+    still = ctx.conn.execute(
+        select(_t.c.message_id, _t.c.attempts).where(_t.c.message_id.in_([row.message_id for row in due]))
+    ).all()
+    for row in still:
+        ctx.conn.execute(update(_t).where(_t.c.message_id == row.message_id).values(
+            attempts=row.attempts + 1, next_attempt_time=now + retry_delay(row.attempts + 1)))
+    return max(0, before - _held_count(ctx))
+
+
+def run_due(ctx: TxContext) -> DueWork:
+    """One scheduler pass over the whole database."""
+    return DueWork(timers=fire_due_timers(ctx), expired=expire_lifetimes(ctx),
+                   retried=retry_due_transmissions(ctx))
+
+
+def next_deadline(ctx: TxContext) -> datetime | None:
+    """The earliest moment at which ``run_due`` will have something to do."""
+    candidates = [
+        ctx.conn.execute(select(func.min(_e.c.dialog_timer))).scalar(),
+        ctx.conn.execute(select(func.min(_e.c.lifetime)).where(_e.c.state.in_(_OPEN_STATES))).scalar(),
+        ctx.conn.execute(select(func.min(_t.c.next_attempt_time))).scalar(),
+    ]
+    present = [moment for moment in candidates if moment is not None]
+    return min(present) if present else None
+
+
+def _held_count(ctx: TxContext) -> int:
+    return int(ctx.conn.execute(select(func.count()).select_from(_t)).scalar_one())

@@ -197,7 +197,8 @@ class ConversationEndpoint(Base):
     # GET_TRANSMISSION_STATUS: why the last delivery attempt failed ('' if it did not).
     transmission_status: Mapped[str] = mapped_column(String(4000))
     create_date: Mapped[datetime] = mapped_column(UTCDateTime())
-    closed_date: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # When the endpoint closed (CD); closed target endpoints are purged 30 minutes later.
+    closed_date: Mapped[datetime | None] = mapped_column(UTCDateTime(), index=True)
 
 
 class TransmissionQueueEntry(Base):

@@ -26,6 +26,8 @@ from broker.system_messages import DIALOG_TIMER_ID, LIFETIME_EXPIRED
 FIRST_RETRY_S = 4
 LONGEST_RETRY_S = 64
 LIFETIME_TEXT = "The dialog has exceeded the specified LIFETIME."
+# Closed target endpoints stay CD this long (replay protection, as SQL Server keeps them).
+CLOSED_ENDPOINT_KEPT = timedelta(minutes=30)
 # States whose lifetime still matters (the others have ended or already failed).
 _OPEN_STATES = ("SO", "SI", "CO", "DI")
 
@@ -52,6 +54,7 @@ class DueWork:
     timers: list[ep.Endpoint] = field(default_factory=list)
     expired: list[ep.Endpoint] = field(default_factory=list)
     retried: int = 0
+    purged: int = 0
 
 
 def retry_delay(attempts: int) -> timedelta:
@@ -108,15 +111,26 @@ def retry_due_transmissions(ctx: TxContext) -> int:
     return max(0, before - _held_count(ctx))
 
 
+def purge_closed_endpoints(ctx: TxContext) -> int:
+    """Delete target endpoints closed (CD) more than 30 minutes ago, and their empty groups."""
+    cutoff = ctx.now() - CLOSED_ENDPOINT_KEPT
+    closed = ep.endpoints_where(ctx, _e.c.closed_date <= cutoff)
+    for endpoint in closed:
+        ep.delete_endpoint(ctx, endpoint)
+    return len(closed)
+
+
 def run_due(ctx: TxContext) -> DueWork:
     """One scheduler pass over the whole database."""
     return DueWork(timers=fire_due_timers(ctx), expired=expire_lifetimes(ctx),
-                   retried=retry_due_transmissions(ctx))
+                   retried=retry_due_transmissions(ctx), purged=purge_closed_endpoints(ctx))
 
 
 def next_deadline(ctx: TxContext) -> datetime | None:
     """The earliest moment at which ``run_due`` will have something to do."""
+    oldest_closed = ctx.conn.execute(select(func.min(_e.c.closed_date))).scalar()
     candidates = [
+        None if oldest_closed is None else oldest_closed + CLOSED_ENDPOINT_KEPT,
         ctx.conn.execute(select(func.min(_e.c.dialog_timer))).scalar(),
         ctx.conn.execute(select(func.min(_e.c.lifetime)).where(_e.c.state.in_(_OPEN_STATES))).scalar(),
         ctx.conn.execute(select(func.min(_t.c.next_attempt_time))).scalar(),

@@ -1,4 +1,5 @@
-"""The runtime: transmission retries, poison-message counter, broker priorities, queue monitors.
+"""The runtime: transmission retries, poison-message counter, broker priorities, queue monitors,
+and the purge of closed endpoints.
 
 Revision ID: 0002
 Revises: 0001
@@ -47,6 +48,8 @@ def upgrade() -> None:
                   sa.Column("attempts", sa.Integer(), server_default="0", nullable=False))
     op.create_index(op.f("ix_sb_transmission_queue_next_attempt_time"), "sb_transmission_queue",
                     ["next_attempt_time"], unique=False)
+    op.create_index(op.f("ix_sb_conversation_endpoints_closed_date"), "sb_conversation_endpoints",
+                    ["closed_date"], unique=False)
     op.create_table(
         "sb_conversation_priorities",
         sa.Column("priority_id", sa.Integer(), autoincrement=False, nullable=False),
@@ -88,6 +91,7 @@ def downgrade() -> None:
     op.drop_table("sb_activated_tasks")
     op.drop_table("sb_queue_monitors")
     op.drop_table("sb_conversation_priorities")
+    op.drop_index(op.f("ix_sb_conversation_endpoints_closed_date"), table_name="sb_conversation_endpoints")
     op.drop_index(op.f("ix_sb_transmission_queue_next_attempt_time"), table_name="sb_transmission_queue")
     op.drop_column("sb_transmission_queue", "attempts")
     op.drop_column("sb_transmission_queue", "next_attempt_time")

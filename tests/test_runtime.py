@@ -193,3 +193,21 @@ def test_two_broker_run_processes_fire_each_timer_once_and_stop_cleanly(tutorial
     assert [runner.returncode for runner in runners] == [0, 0], outputs
     assert all("runtime stopped" in err for _, err in outputs)
     assert _types(tutorial, INITIATOR_QUEUE).count(broker.DIALOG_TIMER) == len(handles)  # none fired twice
+
+
+def test_closed_target_endpoints_are_purged_after_thirty_minutes(tutorial: broker.Broker) -> None:
+    handle = open_dialog(tutorial)
+    target = target_handle(tutorial, handle)
+    with tutorial.transaction() as tx:
+        tx.end_conversation(target)
+    with tutorial.transaction() as tx:
+        tx.end_conversation(handle)
+    assert endpoint(tutorial, target)["state"] == "CD"
+    runtime = tutorial.runtime(activation=False)
+    runtime.run_pass()
+    assert endpoint(tutorial, target) is not None  # kept as replay protection
+    with tutorial.engine.begin() as conn:
+        conn.execute(text("UPDATE sb_conversation_endpoints SET closed_date = '2000-01-01 00:00:00.000000'"))
+    runtime.run_pass()
+    assert endpoint(tutorial, target) is None
+    assert tutorial.catalog("sys.conversation_groups") == []

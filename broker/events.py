@@ -4,7 +4,8 @@ The broker announces what happens through ``db.events``; nothing is printed by t
 library itself. Names follow SQL Server's event names where one exists:
 
 * ``BROKER_QUEUE_DISABLED`` (queue): poison-message handling turned a queue OFF.
-* ``QUEUE_ACTIVATION`` (queue): a queue has messages that need a reader (external activation).
+* ``QUEUE_ACTIVATION`` (queue, queue_id): a queue without an activation procedure has
+  messages that need a reader (external activation; ``broker listen`` prints them).
 * ``TIMER_FIRED`` (queue, conversation_handle), ``LIFETIME_EXPIRED`` (conversation_handle),
   ``MESSAGES_RETRIED`` (count): what the runtime's scheduler did.
 * ``READER_STARTED`` / ``READER_STOPPED`` (queue, procedure): activation readers.

@@ -37,6 +37,9 @@ class DatabaseState:
         self._lock = threading.Lock()
         self._idle = threading.local()
         self.events = EventHub()
+        # Per thread: ``watcher(queue, unfiltered, call)`` wrapped around each RECEIVE and
+        # GET CONVERSATION GROUP of that thread (activation readers report their receives).
+        self.receive_watch = threading.local()
         self._kept: set[Connection] = set()
 
     def checkout(self) -> Connection:

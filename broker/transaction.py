@@ -80,13 +80,14 @@ class Transaction:
         messages leave the queue (or turn status 0 under RETENTION) when this
         transaction commits; a rollback puts them back in place.
         """
-        return self._waitfor(queue, timeout, lambda ctx: receiving.receive(
-            ctx, queue, top, conversation_handle, conversation_group_id), empty=[])
+        unfiltered = conversation_handle is None and conversation_group_id is None
+        return self._watched(queue, unfiltered, lambda: self._waitfor(queue, timeout, lambda ctx: receiving.receive(
+            ctx, queue, top, conversation_handle, conversation_group_id), empty=[]))
 
     def get_conversation_group(self, queue: str, timeout: float | None = None) -> uuid.UUID | None:
         """GET CONVERSATION GROUP: the next group RECEIVE would serve, locked; None if none."""
-        return self._waitfor(queue, timeout, lambda ctx: receiving.get_conversation_group(ctx, queue),
-                             empty=None)
+        return self._watched(queue, True, lambda: self._waitfor(
+            queue, timeout, lambda ctx: receiving.get_conversation_group(ctx, queue), empty=None))
 
     def move_conversation(self, handle: object, conversation_group_id: object) -> None:
         """MOVE CONVERSATION into another group of the same queue (locks both groups)."""
@@ -125,6 +126,11 @@ class Transaction:
         except BaseException:
             self._doomed = True
             raise
+
+    def _watched(self, queue: str, unfiltered: bool, call: Callable[[], T]) -> T:
+        """Run a RECEIVE through this thread's receive watcher, if it has one."""
+        watcher = getattr(self._state.receive_watch, "watcher", None)
+        return call() if watcher is None else watcher(queue, unfiltered, call)
 
     def _waitfor(self, queue: str, timeout: float | None, attempt: Callable[[TxContext], T], empty: T) -> T:
         if timeout is None or timeout == 0:

@@ -14,7 +14,7 @@ from alembic.util.exc import CommandError
 from sqlalchemy.exc import SQLAlchemyError
 
 import broker
-from cli import conversations, demo, objects, run, schema, show
+from cli import conversations, demo, listen, objects, run, schema, show
 from cli.state import DEFAULT_URL, CliState
 
 
@@ -73,6 +73,7 @@ for _command in (
     *conversations.COMMANDS,
     *show.COMMANDS,
     *run.COMMANDS,
+    *listen.COMMANDS,
     demo.demo,
 ):
     cli.add_command(_command)

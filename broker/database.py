@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, func, select, text
+from sqlalchemy import Engine, Table, bindparam, func, select, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -17,6 +18,7 @@ from broker.engine import create_broker_engine
 from broker.errors import BrokerError
 from broker.events import EventHub
 from broker.messages import Message
+from broker.models import ConversationEndpoint, TransmissionQueueEntry
 from broker.queue_tables import queue_table
 from broker.receiving import message_from_row
 from broker.runtime import DEFAULT_POLL_S, Runtime
@@ -33,6 +35,7 @@ CATALOG_VIEWS = (
     "conversation_priorities", "dm_broker_queue_monitors", "dm_broker_activated_tasks",
 )
 _VIEW_NAME = re.compile(r"^(?:sys\.)?([a-z_]+)$")
+_COLUMN_NAME = re.compile(r"^[a-z_]+$")
 # Catalog view columns read back as Python types on every backend (SQLite has neither
 # uuid nor timestamp types, so a view would otherwise hand back text).
 _GUID_COLUMNS = ("service_broker_guid", "conversation_handle", "conversation_id", "conversation_group_id")
@@ -166,35 +169,110 @@ class Broker:
     def queue_rows(self, queue: str) -> list[Message]:
         """SELECT * FROM queue: every row with its stored status, in queuing order."""
         def read(ctx: TxContext) -> list[Message]:
-            info = ctx.catalog.queue_named(queue)
-            if info is None:
-                raise BrokerError(208, f"Invalid object name '{queue}'.")
-            table = queue_table(info.table_name)
+            table = _queue_table(ctx, queue)
             rows = ctx.conn.execute(select(table).order_by(table.c.queuing_order)).all()
             return [message_from_row(ctx, row, row.status) for row in rows]
         return self._read(read)
 
-    def catalog(self, name: str) -> list[dict[str, Any]]:
-        """Rows of a catalog view (``"sys.conversation_endpoints"`` ...) as dicts."""
+    def iter_queue_rows(self, queue: str, page_size: int = 1000) -> Iterator[Message]:
+        """SELECT * FROM queue in pages, for queues of any size in constant memory.
+
+        Yields the rows of ``queue_rows`` (stored status, queuing order) without
+        receiving them. Each page of ``page_size`` rows is read in its own short
+        transaction, by ``queuing_order`` after the last row seen, so writers are not
+        held up between pages; rows that arrive meanwhile are seen when a page reaches
+        them, rows received meanwhile are not.
+        """
+        if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+            raise ValueError(f"page_size must be a positive integer, got {page_size!r}")
+
+        def page_after(last: int) -> Callable[[TxContext], list[Message]]:
+            def read(ctx: TxContext) -> list[Message]:
+                table = _queue_table(ctx, queue)
+                rows = ctx.conn.execute(
+                    select(table).where(table.c.queuing_order > last)
+                    .order_by(table.c.queuing_order).limit(page_size)
+                ).all()
+                return [message_from_row(ctx, row, row.status) for row in rows]
+            return read
+
+        last = 0
+        while True:
+            page = self._read(page_after(last))
+            yield from page
+            if len(page) < page_size:
+                return
+            last = page[-1].queuing_order
+
+    def catalog(self, name: str, /, **where: Any) -> list[dict[str, Any]]:
+        """Rows of a catalog view (``"sys.conversation_endpoints"`` ...) as dicts.
+
+        ``where`` keeps the rows whose columns equal the values given:
+        ``db.catalog("sys.conversation_endpoints", conversation_handle=h)``.
+        """
         match = _VIEW_NAME.match(name.lower())
         if match is None or match.group(1) not in CATALOG_VIEWS:
             raise BrokerError(208, f"Invalid object name '{name}'.")
         view = match.group(1)
-        quoted = f'sys."{view}"' if self.engine.dialect.name == "postgresql" else f'"sys.{view}"'
-        query = text(f"SELECT * FROM {quoted}").columns(**_VIEW_TYPES)
+        quoted = self._view_name(view)
+        conditions, binds = [], []
+        for number, (column, value) in enumerate(where.items()):
+            if _COLUMN_NAME.match(column) is None:
+                raise BrokerError(207, f"Invalid column name '{column}'.")
+            conditions.append(f'"{column}" = :where_{number}')
+            binds.append(bindparam(f"where_{number}", value, type_=_VIEW_TYPES.get(column)))
+        sql = f"SELECT * FROM {quoted}" + (f" WHERE {' AND '.join(conditions)}" if conditions else "")
+        query = text(sql).bindparams(*binds).columns(**_VIEW_TYPES)
         return self._read(lambda ctx: [dict(r._mapping) for r in ctx.conn.execute(query)])
 
     def queue_counts(self, queue: str) -> dict[int, int]:
         """Messages in ``queue`` by stored status (1 ready, 0 retained, 3 sent copies),
         counted without reading their bodies."""
         def count(ctx: TxContext) -> dict[int, int]:
-            info = ctx.catalog.queue_named(queue)
-            if info is None:
-                raise BrokerError(208, f"Invalid object name '{queue}'.")
-            table = queue_table(info.table_name)
+            table = _queue_table(ctx, queue)
             rows = ctx.conn.execute(select(table.c.status, func.count()).group_by(table.c.status))
             return {status: number for status, number in rows}
         return self._read(count)
+
+    def oldest_ready_time(self, queue: str) -> datetime | None:
+        """The enqueue time of the oldest ready message (status 1) in ``queue``; None if none."""
+        def oldest(ctx: TxContext) -> datetime | None:
+            table = _queue_table(ctx, queue)
+            moment: datetime | None = ctx.conn.execute(
+                select(table.c.message_enqueue_time).where(table.c.status == 1)
+                .order_by(table.c.queuing_order).limit(1)
+            ).scalar()
+            return moment
+        return self._read(oldest)
+
+    def transmission_backlog(self) -> dict[str, int]:
+        """Messages in the transmission queue by ``transmission_status`` (why each waits),
+        counted without reading their bodies."""
+        def count(ctx: TxContext) -> dict[str, int]:
+            status = TransmissionQueueEntry.transmission_status
+            rows = ctx.conn.execute(select(status, func.count()).group_by(status).order_by(status))
+            return {reason: number for reason, number in rows}
+        return self._read(count)
+
+    def endpoint_states(self) -> list[tuple[str, str, int]]:
+        """(state, state_desc, count) of the conversation endpoints, counted in the database."""
+        view = self._view_name("conversation_endpoints")
+        query = text(f"SELECT state, state_desc, COUNT(*) FROM {view} GROUP BY state, state_desc ORDER BY state")
+        return self._read(lambda ctx: [(s, d, n) for s, d, n in ctx.conn.execute(query)])
+
+    def timer_summary(self) -> tuple[int, int, datetime | None]:
+        """(timers set, timers due now, the earliest deadline), from the deadline index."""
+        def summary(ctx: TxContext) -> tuple[int, int, datetime | None]:
+            timer = ConversationEndpoint.dialog_timer
+            armed = timer.is_not(None)
+            count, earliest = ctx.conn.execute(select(func.count(), func.min(timer)).where(armed)).one()
+            due = ctx.conn.execute(select(func.count()).where(armed, timer <= ctx.now())).scalar_one()
+            return count, due, earliest
+        return self._read(summary)
+
+    def _view_name(self, view: str) -> str:
+        """A catalog view's SQL name: sys."x" on PostgreSQL, "sys.x" on SQLite."""
+        return f'sys."{view}"' if self.engine.dialect.name == "postgresql" else f'"sys.{view}"'
 
     def _read(self, verb: Callable[[TxContext], T]) -> T:
         with self.transaction() as tx:
@@ -220,3 +298,11 @@ class Broker:
 
     def __repr__(self) -> str:
         return f"<Broker {self.engine.url.render_as_string(hide_password=True)}>"
+
+
+def _queue_table(ctx: TxContext, queue: str) -> Table:
+    """The internal table of ``queue``; error 208 when there is no such queue."""
+    info = ctx.catalog.queue_named(queue)
+    if info is None:
+        raise BrokerError(208, f"Invalid object name '{queue}'.")
+    return queue_table(info.table_name)

@@ -1,14 +1,16 @@
-"""Conversation verbs: send, receive, end, and peek at a queue without receiving."""
+"""Conversation verbs: send, receive, end, timer, and peek at a queue without receiving."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from typing import BinaryIO
 
 import click
 from click.core import ParameterSource
 
 import broker
+from cli.progress import Meter
 from cli.render import emit, json_option, message_dict
 from cli.state import CliState, pass_state
 
@@ -35,6 +37,20 @@ MESSAGE_COLUMNS = (
     multiple=True,
     help="Send on this existing conversation instead of beginning one. Repeatable.",
 )
+@click.option(
+    "--count",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Send N messages: each on a new dialog, or each on the --handle conversations.",
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Messages per transaction when sending --count messages.",
+)
 @click.pass_context
 def send(
     ctx: click.Context,
@@ -45,27 +61,51 @@ def send(
     body: str | None,
     body_file: BinaryIO | None,
     handles: tuple[uuid.UUID, ...],
+    count: int,
+    batch: int,
 ) -> None:
     """Send a message; print the conversation handle.
 
     Without --handle a new dialog is begun (BEGIN DIALOG) from --from to --to; with --handle the
     message goes on existing conversations. Both happen in one transaction.
 
+    --count N sends N messages with the same body, each in its own transaction or --batch K
+    to a transaction, with a progress bar on a terminal; the handle of every dialog begun
+    is printed as its transaction commits.
+
     \b
     Example:
       H=$(broker send --from //Init --to //Target --type //Request --body '<Req/>')
       broker send --handle "$H" --type //Request --body-file more.xml
+      broker send --from //Init --to //Target --body 'load test' --count 10000 --batch 100
     """
     if body is not None and body_file is not None:
         raise click.UsageError("give --body or --body-file, not both")
     ends = _dialog_ends(ctx, from_service, to_service, handles)
     payload = body.encode("utf-8") if body is not None else body_file.read() if body_file else None
     state: CliState = ctx.obj
-    with state.db().transaction() as tx:
-        targets = list(handles) if ends is None else [tx.begin_dialog(*ends, contract)]
-        tx.send(targets, message_type=message_type, body=payload)
-    for handle in targets:
+    db = state.db()
+    with Meter("sending", total=count, shown=count > 1) as meter:
+        for size in _batch_sizes(count, batch):
+            with db.transaction() as tx:
+                if ends is None:
+                    began = []
+                    for _ in range(size):
+                        tx.send(list(handles), message_type=message_type, body=payload)
+                else:  # one new dialog per message, all sent to in one SEND
+                    began = [tx.begin_dialog(*ends, contract) for _ in range(size)]
+                    tx.send(began, message_type=message_type, body=payload)
+            for handle in began:
+                meter.echo(str(handle))
+            meter.advance(size)
+    for handle in handles:
         click.echo(handle)
+
+
+def _batch_sizes(count: int, batch: int) -> Iterator[int]:
+    """``count`` split into transactions of ``batch``: 10, 4 -> 4, 4, 2."""
+    for start in range(0, count, batch):
+        yield min(batch, count - start)
 
 
 def _dialog_ends(
@@ -97,6 +137,16 @@ def _dialog_ends(
     "--wait", type=float, metavar="SECONDS", help="Wait this long for a message; -1 waits forever."
 )
 @click.option(
+    "--handle",
+    type=click.UUID,
+    help="Only this conversation's messages (WHERE conversation_handle = H).",
+)
+@click.option(
+    "--group",
+    type=click.UUID,
+    help="Only this conversation group's messages (WHERE conversation_group_id = G).",
+)
+@click.option(
     "--end",
     "end_ended",
     is_flag=True,
@@ -105,26 +155,37 @@ def _dialog_ends(
 @json_option
 @pass_state
 def receive(
-    state: CliState, queue: str, top: int | None, wait: float | None, end_ended: bool, as_json: bool
+    state: CliState,
+    queue: str,
+    top: int | None,
+    wait: float | None,
+    handle: uuid.UUID | None,
+    group: uuid.UUID | None,
+    end_ended: bool,
+    as_json: bool,
 ) -> None:
     """Receive messages from a queue (RECEIVE).
 
     Returns the ready messages of one conversation group, in order; they leave the
     queue when the command commits (with RETENTION ON they stay, with status 0).
+    --handle or --group picks the conversation or group (RECEIVE ... WHERE).
 
     \b
     Example:
       broker receive TargetQueue1DB --top 1 --wait 5
       broker receive InitiatorQueue1DB --end --json
+      broker receive TargetQueue1DB --handle "$H"
     """
+    if handle is not None and group is not None:
+        raise click.UsageError("give --handle or --group, not both")
     with state.db().transaction() as tx:
-        messages = tx.receive(queue, top, timeout=wait)
+        messages = tx.receive(queue, top, conversation_handle=handle, conversation_group_id=group, timeout=wait)
         finished = _ended_by_far_side(messages) if end_ended else []
-        for handle in finished:
-            tx.end_conversation(handle)
+        for ended in finished:
+            tx.end_conversation(ended)
     emit(map(message_dict, messages), MESSAGE_COLUMNS, as_json=as_json)
-    for handle in finished:
-        click.echo(f"ended conversation {handle}", err=True)
+    for ended in finished:
+        click.echo(f"ended conversation {ended}", err=True)
 
 
 def _ended_by_far_side(messages: list[broker.Message]) -> list[uuid.UUID]:
@@ -168,6 +229,27 @@ def end(
 
 
 @click.command()
+@click.argument("handle", type=click.UUID)
+@click.argument("seconds", type=click.FloatRange(min=0))
+@pass_state
+def timer(state: CliState, handle: uuid.UUID, seconds: float) -> None:
+    """Set the conversation's timer (BEGIN CONVERSATION TIMER).
+
+    A DialogTimer message arrives on this side's queue SECONDS from now (fired by
+    `broker run`, or by the next RECEIVE on the queue after the deadline). Setting it
+    again replaces the earlier deadline.
+
+    \b
+    Example:
+      broker timer "$H" 60
+      broker receive InitiatorQueue1DB --handle "$H" --wait 61
+    """
+    with state.db().transaction() as tx:
+        tx.begin_conversation_timer(handle, seconds)
+    click.echo(f"timer set on conversation {handle}: due in {seconds:g} second{'' if seconds == 1 else 's'}")
+
+
+@click.command()
 @click.argument("queue")
 @json_option
 @pass_state
@@ -188,4 +270,4 @@ def peek(state: CliState, queue: str, as_json: bool) -> None:
     )
 
 
-COMMANDS = (send, receive, end, peek)
+COMMANDS = (send, receive, end, timer, peek)

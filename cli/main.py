@@ -14,7 +14,7 @@ from alembic.util.exc import CommandError
 from sqlalchemy.exc import SQLAlchemyError
 
 import broker
-from cli import conversations, demo, listen, objects, run, schema, show
+from cli import bulk, conversations, demo, listen, objects, run, schema, show, status
 from cli.state import DEFAULT_URL, CliState
 
 
@@ -72,6 +72,8 @@ for _command in (
     *objects.COMMANDS,
     *conversations.COMMANDS,
     *show.COMMANDS,
+    *status.COMMANDS,
+    *bulk.COMMANDS,
     *run.COMMANDS,
     *listen.COMMANDS,
     demo.demo,

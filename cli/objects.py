@@ -8,51 +8,13 @@ from typing import Any
 
 import click
 
+from cli.params import PRIORITY_LEVEL
+from cli.queues import alter_queue, create_queue
 from cli.render import F
 from cli.state import CliState, pass_state
 
 VALIDATIONS = ("NONE", "EMPTY", "WELL_FORMED_XML", "VALID_XML")
 DIRECTIONS = ("INITIATOR", "TARGET", "ANY")
-
-
-class OnOff(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
-    """``on`` / ``off`` (any case) as a bool, like ``STATUS = ON`` in T-SQL."""
-
-    name = "on|off"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> bool:
-        if isinstance(value, bool):
-            return value
-        text = str(value).lower()
-        if text not in ("on", "off"):
-            self.fail(f"{value!r} is not 'on' or 'off'", param, ctx)
-        return text == "on"
-
-
-ON_OFF = OnOff()
-
-
-class PriorityLevel(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
-    """An integer or ``DEFAULT`` (any case), like ``PRIORITY_LEVEL = 8`` in T-SQL.
-
-    The range (1 to 10) is the library's to check.
-    """
-
-    name = "level"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
-        if isinstance(value, int):
-            return value
-        text = str(value)
-        if text.upper() == "DEFAULT":
-            return "DEFAULT"
-        try:
-            return int(text)
-        except ValueError:
-            self.fail(f"{value!r} is not a number or DEFAULT", param, ctx)
-
-
-PRIORITY_LEVEL = PriorityLevel()
 
 
 @click.group()
@@ -85,9 +47,13 @@ def create_message_type(
 ) -> None:
     """Create a message type (CREATE MESSAGE TYPE).
 
+    VALID_XML checks bodies against an XML schema collection (broker create
+    xml-schema-collection), named by --schema-collection.
+
     \b
     Example:
       broker create message-type //AWDB/1DBSample/RequestMessage --validation WELL_FORMED_XML
+      broker create message-type //app/Order --validation VALID_XML --schema-collection OrderSchemas
     """
     state.db().create_message_type(
         name, validation=validation.upper(), schema_collection=schema_collection
@@ -138,32 +104,7 @@ def _message_usages(messages: tuple[str, ...]) -> dict[str, str]:
     return usages
 
 
-@create.command("queue")
-@click.argument("name")
-@click.option(
-    "--status",
-    type=ON_OFF,
-    default="on",
-    show_default=True,
-    help="Whether messages can be added and received.",
-)
-@click.option(
-    "--retention",
-    type=ON_OFF,
-    default="off",
-    show_default=True,
-    help="Keep messages until their conversation ends.",
-)
-@pass_state
-def create_queue(state: CliState, name: str, status: bool, retention: bool) -> None:
-    """Create a queue (CREATE QUEUE).
-
-    \b
-    Example:
-      broker create queue TargetQueue1DB --retention off
-    """
-    state.db().create_queue(name, status=status, retention=retention)
-    click.echo(f"created queue {name}")
+create.add_command(create_queue)
 
 
 @create.command("service")
@@ -279,28 +220,11 @@ def alter() -> None:
     \b
     Example:
       broker alter queue TargetQueue1DB --status off
+      broker alter priority UrgentOrders --level 9
     """
 
 
-@alter.command("queue")
-@click.argument("name")
-@click.option("--status", type=ON_OFF, help="Whether messages can be added and received.")
-@click.option("--retention", type=ON_OFF, help="Keep messages until their conversation ends.")
-@pass_state
-def alter_queue(state: CliState, name: str, status: bool | None, retention: bool | None) -> None:
-    """Change a queue's options (ALTER QUEUE).
-
-    Options not given stay as they are.
-
-    \b
-    Example:
-      broker alter queue TargetQueue1DB --status off
-    """
-    changes = {k: v for k, v in {"status": status, "retention": retention}.items() if v is not None}
-    if not changes:
-        raise click.UsageError("nothing to change: give --status and/or --retention")
-    state.db().alter_queue(name, **changes)
-    click.echo(f"altered queue {name}")
+alter.add_command(alter_queue)
 
 
 @alter.command("priority")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -61,6 +61,34 @@ def message_dict(message: broker.Message) -> dict[str, Any]:
     return dataclasses.asdict(message)
 
 
+@dataclasses.dataclass(frozen=True)
+class Listing:
+    """Rows to print under chosen columns, with an optional title."""
+
+    rows: Sequence[Mapping[str, Any]]
+    columns: Sequence[str]
+    title: str | None = None
+
+
+def rich_table(listing: Listing) -> Table:
+    """A listing as a rich table (for a terminal)."""
+    table = Table(title=listing.title, title_justify="left")
+    for column in listing.columns:
+        table.add_column(column, overflow="fold")  # wrap long names, never cut them
+    for row in listing.rows:
+        table.add_row(*(Text(_cell(row.get(c))) for c in listing.columns))
+    return table
+
+
+def plain_lines(listing: Listing) -> Iterator[str]:
+    """A listing as tab-separated lines (for pipes): ``# title``, the header, one line per row."""
+    if listing.title is not None:
+        yield f"# {listing.title}"
+    yield "\t".join(listing.columns)
+    for row in listing.rows:
+        yield "\t".join(_flat(_cell(row.get(c))) for c in listing.columns)
+
+
 def emit(
     rows: Iterable[Mapping[str, Any]],
     columns: Sequence[str],
@@ -73,20 +101,13 @@ def emit(
     if as_json:
         click.echo(json.dumps([{k: jsonable(v) for k, v in row.items()} for row in rows], indent=2))
         return
+    listing = Listing(rows, columns, title)
     console = Console()
     if console.is_terminal:
-        table = Table(title=title, title_justify="left")
-        for column in columns:
-            table.add_column(column, overflow="fold")  # wrap long names, never cut them
-        for row in rows:
-            table.add_row(*(Text(_cell(row.get(c))) for c in columns))
-        console.print(table)
+        console.print(rich_table(listing))
         return
-    if title is not None:
-        click.echo(f"# {title}")
-    click.echo("\t".join(columns))
-    for row in rows:
-        click.echo("\t".join(_flat(_cell(row.get(c))) for c in columns))
+    for line in plain_lines(listing):
+        click.echo(line)
 
 
 def _cell(value: Any) -> str:

@@ -1,19 +1,15 @@
-"""Catalog listings (``broker show ...``) and the one-screen ``broker status``."""
+"""Catalog listings: ``broker show queues|services|...|groups|monitors``."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 import click
-from sqlalchemy.engine import make_url
 
 import broker
-from broker import schema as broker_schema
-from cli.render import emit, json_option, jsonable, plural
+from cli.render import emit, json_option
 from cli.state import CliState, pass_state
 
 Row = dict[str, Any]
@@ -70,6 +66,22 @@ LISTINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "priorities": (
         "sys.conversation_priorities",
         ("name", "priority_id", "priority", "contract", "local_service", "remote_service_name"),
+    ),
+    "groups": (
+        "sys.conversation_groups",
+        ("conversation_group_id", "service", "queue", "conversations", "is_system"),
+    ),
+    "monitors": (
+        "sys.dm_broker_queue_monitors",
+        (
+            "queue",
+            "queue_id",
+            "state",
+            "tasks_waiting",
+            "activated_tasks",
+            "last_activated_time",
+            "last_empty_rowset_time",
+        ),
     ),
     "routes": (
         "sys.routes",
@@ -140,11 +152,44 @@ def _with_criteria_names(db: broker.Broker, rows: list[Row]) -> list[Row]:
     ]
 
 
+def _with_service_and_size(db: broker.Broker, rows: list[Row]) -> list[Row]:
+    """Conversation groups with their service and queue by name and their conversations."""
+    services = {s["service_id"]: s for s in db.catalog("sys.services")}
+    queues = {q["object_id"]: q["name"] for q in db.catalog("sys.service_queues")}
+    sizes = Counter(e["conversation_group_id"] for e in db.catalog("sys.conversation_endpoints"))
+    added = []
+    for row in rows:
+        service = services.get(row["service_id"])
+        added.append({
+            **row,
+            "service": service["name"] if service else None,
+            "queue": queues.get(service["service_queue_id"]) if service else None,
+            "conversations": sizes[row["conversation_group_id"]],
+        })
+    return added
+
+
+def _with_queue_and_tasks(db: broker.Broker, rows: list[Row]) -> list[Row]:
+    """Queue monitors with the queue's name and its running activation readers
+    (sys.dm_broker_activated_tasks)."""
+    queues = {q["object_id"]: q["name"] for q in db.catalog("sys.service_queues")}
+    tasks = Counter(t["queue_id"] for t in db.catalog("sys.dm_broker_activated_tasks"))
+    return [
+        {**row, "queue": queues.get(row["queue_id"]), "activated_tasks": tasks[row["queue_id"]]}
+        for row in rows
+    ]
+
+
 # Readable names instead of ids, for the human table only.
 _ENRICH: dict[str, Callable[[broker.Broker, list[Row]], list[Row]]] = {
     "services": _with_queue_and_contracts,
     "contracts": _with_messages,
     "priorities": _with_criteria_names,
+}
+# Columns added to the view's rows in both forms (--json too): names and counts.
+_ADD: dict[str, Callable[[broker.Broker, list[Row]], list[Row]]] = {
+    "groups": _with_service_and_size,
+    "monitors": _with_queue_and_tasks,
 }
 
 
@@ -155,112 +200,28 @@ _ENRICH: dict[str, Callable[[broker.Broker, list[Row]], list[Row]]] = {
 def show(state: CliState, listing: str, as_json: bool) -> None:
     """List catalog rows (the sys.* views).
 
-    endpoints is sys.conversation_endpoints, transmission is sys.transmission_queue,
-    priorities is sys.conversation_priorities (broker priorities).
+    endpoints is sys.conversation_endpoints, transmission is sys.transmission_queue
+    (with each message's transmission_status: why it waits), priorities is
+    sys.conversation_priorities (broker priorities), groups is sys.conversation_groups
+    (with their service, queue and number of conversations), monitors is
+    sys.dm_broker_queue_monitors (the activation state of each queue a running runtime
+    watches, with its readers counted in sys.dm_broker_activated_tasks).
 
     \b
     Example:
       broker show services
       broker show endpoints --json
-      broker show priorities
+      broker show transmission
+      broker show monitors
     """
     view, columns = LISTINGS[listing]
     db = state.db()
     rows = db.catalog(view)
+    if listing in _ADD:
+        rows = _ADD[listing](db, rows)
     if not as_json and listing in _ENRICH:
         rows = _ENRICH[listing](db, rows)
     emit(rows, columns, as_json=as_json)
 
 
-@click.command()
-@json_option
-@pass_state
-def status(state: CliState, as_json: bool) -> None:
-    """Summarise the database on one screen.
-
-    Queues with their messages by status, the transmission queue, conversation
-    endpoints by state, and conversation timers.
-
-    \b
-    Example:
-      broker status
-      broker --db sqlite:///app.db status --json
-    """
-    db = state.db()
-    summary = _summary(state.url, db)
-    if as_json:
-        click.echo(json.dumps(summary, indent=2, default=jsonable))
-        return
-    database = summary["database"]
-    click.echo(
-        f"Database {database['url']} (schema {database['schema_revision']}): Service Broker "
-        f"{'enabled' if database['is_broker_enabled'] else 'DISABLED'}, "
-        f"broker instance {jsonable(database['service_broker_guid'])}"
-    )
-    emit(
-        summary["queues"],
-        ("queue", "enabled", "ready", "received", "incomplete", "sent_copies", "total"),
-        as_json=False,
-        title="Queues",
-    )
-    emit(
-        summary["endpoints"],
-        ("state", "state_desc", "count"),
-        as_json=False,
-        title="Endpoints by state",
-    )
-    click.echo(
-        f"Transmission queue: {plural(summary['transmission_queue'], 'message')} awaiting delivery"
-    )
-    timers = summary["timers"]
-    click.echo(
-        f"Conversation timers: {timers['count']} set"
-        + (f", next due {jsonable(timers['next_due'])}" if timers["next_due"] else "")
-    )
-
-
-# Queue row status -> column in the summary (spec 3: 1 ready, 0 received and retained,
-# 2 not yet complete, 3 retained copy of a sent message).
-_STATUS_COLUMNS = {1: "ready", 0: "received", 2: "incomplete", 3: "sent_copies"}
-
-
-def _summary(url: str, db: broker.Broker) -> dict[str, Any]:
-    database = db.catalog("sys.databases")[0]
-    queues = []
-    for queue in db.catalog("sys.service_queues"):
-        counts = Counter(db.queue_counts(queue["name"]))
-        queues.append(
-            {
-                "queue": queue["name"],
-                "enabled": bool(queue["is_receive_enabled"]),
-                **{column: counts[s] for s, column in _STATUS_COLUMNS.items()},
-                "total": counts.total(),
-            }
-        )
-    endpoints = db.catalog("sys.conversation_endpoints")
-    by_state = Counter((e["state"], e["state_desc"]) for e in endpoints)
-    timers = (_timer_deadline(e["dialog_timer"]) for e in endpoints)
-    deadlines = sorted(t for t in timers if t is not None)
-    return {
-        "database": {
-            "url": make_url(url).render_as_string(hide_password=True),
-            "schema_revision": broker_schema.current_revision(db.engine),
-            "is_broker_enabled": bool(database["is_broker_enabled"]),
-            "service_broker_guid": database["service_broker_guid"],
-        },
-        "queues": queues,
-        "transmission_queue": len(db.catalog("sys.transmission_queue")),
-        "endpoints": [
-            {"state": s, "state_desc": d, "count": n} for (s, d), n in sorted(by_state.items())
-        ],
-        "timers": {"count": len(deadlines), "next_due": deadlines[0] if deadlines else None},
-    }
-
-
-def _timer_deadline(value: object) -> datetime | None:
-    """An endpoint's timer deadline; None when no timer is set (SQL Server shows
-    1900-01-01 in sys.conversation_endpoints.dialog_timer then)."""
-    return value if isinstance(value, datetime) and value.year > 1900 else None
-
-
-COMMANDS = (show, status)
+COMMANDS = (show,)

@@ -35,6 +35,11 @@ def url(tmp_path: Path) -> str:
 @pytest.fixture
 def run(url: str) -> Run:
     """``run(*args, expect=0)``: invoke ``broker --db URL *args`` and check the exit code."""
+    return cli_runner(url)
+
+
+def cli_runner(url: str) -> Run:
+    """The ``run`` of the fixture, for the database at ``url``."""
     runner = CliRunner()
 
     def invoke(*args: str, expect: int = 0, input: bytes | str | None = None) -> Result:
@@ -49,6 +54,11 @@ def run(url: str) -> Run:
 def services(run: Run) -> None:
     """A request/reply contract between two services, each on its own queue; the
     target also accepts the DEFAULT contract."""
+    create_services(run)
+
+
+def create_services(run: Run) -> None:
+    """The objects of the ``services`` fixture, in the database ``run`` works on."""
     run("create", "message-type", REQUEST, "--validation", "WELL_FORMED_XML")
     run("create", "message-type", REPLY)
     run(
@@ -419,7 +429,7 @@ def test_status_counts_messages_and_endpoints(run: Run, services: None) -> None:
     assert queues["InitiatorQueue"]["total"] == 0
     assert summary["endpoints"] == [{"state": "CO", "state_desc": "CONVERSING", "count": 4}]
     assert summary["database"]["is_broker_enabled"] is True
-    assert summary["timers"] == {"count": 0, "next_due": None}
+    assert summary["timers"] == {"count": 0, "due": 0, "next_due": None}
 
     text = run("status").stdout
     assert "TargetQueue\tTrue\t2\t0\t0\t0\t2" in text
@@ -454,20 +464,38 @@ def _command_paths(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tup
 
 def test_every_command_has_help_with_an_example(run: Run) -> None:
     paths = _command_paths(cli)
-    assert {("demo",), ("status",), ("create", "contract"), ("alter", "queue")} <= set(paths)
+    assert {
+        ("demo",),
+        ("status",),
+        ("create", "contract"),
+        ("create", "queue"),
+        ("create", "xml-schema-collection"),
+        ("alter", "queue"),
+        ("timer",),
+        ("export",),
+        ("import",),
+    } <= set(paths)
     for path in paths:
         assert "Example" in run(*path, "--help").stdout, path
+    assert "--activation-procedure" in run("create", "queue", "--help").stdout
+    assert "--drop-activation" in run("alter", "queue", "--help").stdout
+    assert "--group" in run("receive", "--help").stdout
+    assert "--count" in run("send", "--help").stdout
+    assert "--watch" in run("status", "--help").stdout
+    assert "groups" in run("show", "--help").stdout and "monitors" in run("show", "--help").stdout
 
 
-def test_init_demo_status_in_a_real_process(tmp_path: Path) -> None:
+def test_an_operators_session_in_real_processes(tmp_path: Path) -> None:
+    """init, objects, send, status, peek, export and import, receive, end, then status:
+    each a process of its own, the way an operator types them."""
     env = {**os.environ, "BROKER_URL": f"sqlite:///{tmp_path / 'real.db'}"}
-    for args, expected in (
-        (["init"], "database at revision"),
-        (["demo"], "8. The initiator received the reply on handle"),
-        (["status"], "InitiatorQueue1DB"),
-    ):
+    for forcing in ("FORCE_COLOR", "TTY_COMPATIBLE"):  # the real pipes decide
+        env.pop(forcing, None)
+
+    def broker_(*args: str, db: str | None = None) -> str:
+        options = ["--db", db] if db else []
         process = subprocess.run(
-            [sys.executable, "-m", "cli.main", *args],
+            [sys.executable, "-m", "cli.main", *options, *args],
             capture_output=True,
             text=True,
             env=env,
@@ -475,5 +503,36 @@ def test_init_demo_status_in_a_real_process(tmp_path: Path) -> None:
             timeout=120,
             check=False,
         )
-        assert process.returncode == 0, process.stderr
-        assert expected in process.stdout, process.stdout
+        assert process.returncode == 0, (args, process.stderr)
+        assert "\x1b" not in process.stdout + process.stderr  # no colour down a pipe
+        return process.stdout
+
+    assert broker_("init").startswith("database at revision")
+    broker_("create", "queue", "InitiatorQueue")
+    broker_("create", "queue", "TargetQueue")
+    broker_("create", "service", INITIATOR, "--queue", "InitiatorQueue")
+    broker_("create", "service", TARGET, "--queue", "TargetQueue", "--contract", "DEFAULT")
+    copy_url = f"sqlite:///{tmp_path / 'copy.db'}"
+    copy = broker.connect(copy_url)  # the database the export goes to, made in-process
+    copy.create_queue("InitiatorQueue")
+    copy.create_queue("TargetQueue")
+    copy.create_service(INITIATOR, "InitiatorQueue")
+    copy.create_service(TARGET, "TargetQueue", ["DEFAULT"])
+    copy.dispose()
+    handles = broker_("send", "--from", INITIATOR, "--to", TARGET, "--body", "hello", "--count", "3").split()
+    assert len(handles) == 3
+    assert "TargetQueue\tTrue\t3\t0\t0\t0\t3\t" in broker_("status")
+    assert broker_("peek", "TargetQueue").count("\thello") == 3
+    broker_("export", "TargetQueue", "target.jsonl")
+    broker_("import", "TargetQueue", "target.jsonl", "--from", INITIATOR, "--new-dialogs", db=copy_url)
+    copy = broker.connect(copy_url)
+    assert [m.message_body for m in copy.queue_rows("TargetQueue")] == [b"hello"] * 3
+    copy.dispose()
+
+    [received] = json.loads(broker_("receive", "TargetQueue", "--top", "1", "--json"))
+    assert received["message_body"] == "hello"
+    broker_("end", received["conversation_handle"])
+    assert broker_("receive", "InitiatorQueue", "--end").count("EndDialog") == 1
+    status = broker_("status", "--json")
+    queues = {q["queue"]: q for q in json.loads(status)["queues"]}
+    assert (queues["TargetQueue"]["ready"], queues["InitiatorQueue"]["total"]) == (2, 0)

@@ -1,0 +1,192 @@
+"""``broker import``'s work: lines of JSON turned into SENDs to a service, checked first.
+
+Lines are parsed and checked (the destination service, the conversation of a line that
+names one) outside the transaction, then sent inside it, ``--batch`` lines at a time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import stat
+import uuid
+from collections.abc import Iterator
+from typing import IO, Any
+
+import click
+
+import broker
+from cli.jsonl import message_body
+from cli.render import plural
+
+
+class BadLine(click.ClickException):
+    """A line of the input that is no message: ``error: FILE line N: why`` on stderr, exit 1."""
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(f"error: {self.message}", err=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Destination:
+    """Where the lines go: one service, or the services of a queue."""
+
+    name: str
+    services: tuple[str, ...]
+
+    def service_for(self, line: dict[str, Any]) -> str | None:
+        """The service a line's new dialog goes to: the only one, or the line's service_name."""
+        if len(self.services) == 1:
+            return self.services[0]
+        named = line.get("service_name")
+        return named if named in self.services else None
+
+
+def destination(db: broker.Broker, name: str) -> Destination:
+    """The service called ``name`` (exactly), else the queue (any case) and its services."""
+    if db.catalog("sys.services", name=name):
+        return Destination(name, (name,))
+    queue = next((q for q in db.catalog("sys.service_queues") if q["name"].lower() == name.lower()), None)
+    if queue is None:
+        raise click.BadParameter(f"no service or queue is called {name!r}", param_hint="'QUEUE-OR-SERVICE'")
+    services = tuple(s["name"] for s in db.catalog("sys.services", service_queue_id=queue["object_id"]))
+    if not services:
+        raise click.BadParameter(f"queue {name!r} has no service to send to", param_hint="'QUEUE-OR-SERVICE'")
+    return Destination(name, services)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Send:
+    """One line's SEND: on an existing conversation, or on a new dialog (from, to, contract)."""
+
+    number: int
+    conversation: uuid.UUID | tuple[str, str, str]
+    message_type: str
+    body: bytes | None
+
+
+class Importer:
+    """Turns lines into SENDs: parses and checks outside the transaction, sends inside."""
+
+    def __init__(
+        self,
+        db: broker.Broker,
+        destination: Destination,
+        from_service: str | None,
+        contract: str | None,
+        new_dialogs: bool,
+        file: str,
+    ) -> None:
+        self.db = db
+        self.destination = destination
+        self.from_service = from_service
+        self.contract = contract
+        self.new_dialogs = new_dialogs
+        self.file_name = "stdin" if file == "-" else file
+        self._checked: uuid.UUID | None = None  # the last handle found to go to the destination
+
+    def prepared(self, number: int, raw: bytes) -> _Send | None:
+        """The SEND of one line (None for a blank line); checks the line's conversation."""
+        if not raw.strip():
+            return None
+        try:
+            line = json.loads(raw)
+        except ValueError as exc:  # also UnicodeDecodeError
+            raise self._bad(number, f"not JSON ({exc})") from None
+        if not isinstance(line, dict):
+            raise self._bad(number, "not a JSON object")
+        handle = None if self.new_dialogs else self._handle(number, line.get("conversation_handle"))
+        return _Send(
+            number,
+            handle or self._new_dialog(number, line),
+            line.get("message_type_name") or "DEFAULT",
+            self._body(number, line),
+        )
+
+    def _new_dialog(self, number: int, line: dict[str, Any]) -> tuple[str, str, str]:
+        """(from, to, contract) of the dialog a line begins."""
+        if self.from_service is None:
+            raise click.UsageError(f"{self.file_name} line {number} begins a dialog: give --from")
+        to_service = self.destination.service_for(line)
+        if to_service is None:
+            raise self._bad(
+                number,
+                f"service_name {line.get('service_name')!r} is none of the services on queue "
+                f"{self.destination.name} ({', '.join(self.destination.services)})",
+            )
+        return self.from_service, to_service, self.contract or line.get("service_contract_name") or "DEFAULT"
+
+    def send(self, tx: broker.Transaction, send: _Send, imported: int) -> None:
+        """BEGIN DIALOG if needed and SEND; a failure names the line."""
+        try:
+            handle = (
+                send.conversation
+                if isinstance(send.conversation, uuid.UUID)
+                else tx.begin_dialog(*send.conversation)
+            )
+            tx.send(handle, message_type=send.message_type, body=send.body)
+        except broker.BrokerError as exc:
+            raise broker.BrokerError(
+                exc.number,
+                f"{exc.message} ({self.file_name} line {send.number}; "
+                f"{plural(imported, 'message')} imported before its batch)",
+            ) from exc
+
+    def _handle(self, number: int, value: object) -> uuid.UUID | None:
+        """A line's conversation_handle, checked to be a conversation with the destination."""
+        if value is None:
+            return None
+        try:
+            handle = uuid.UUID(str(value))
+        except ValueError:
+            raise self._bad(number, f"conversation_handle {value!r} is not a uniqueidentifier") from None
+        if handle == self._checked:
+            return handle
+        rows = self.db.catalog("sys.conversation_endpoints", conversation_handle=handle)
+        if not rows:
+            missing = broker.ConversationNotFoundError(handle)
+            raise broker.BrokerError(
+                missing.number,
+                f"{missing.message} ({self.file_name} line {number}; an exported file needs --new-dialogs)",
+            )
+        if rows[0]["far_service"] not in self.destination.services:
+            raise self._bad(
+                number,
+                f"conversation {handle} goes to {rows[0]['far_service']}, not to {self.destination.name} "
+                "(an exported file holds the receiving side's handles: use --new-dialogs)",
+            )
+        self._checked = handle
+        return handle
+
+    def _body(self, number: int, line: dict[str, Any]) -> bytes | None:
+        try:
+            return message_body(line)
+        except ValueError as exc:
+            raise self._bad(number, str(exc)) from None
+
+    def _bad(self, number: int, why: str) -> BadLine:
+        return BadLine(f"{self.file_name} line {number}: {why}")
+
+
+def chunks(file: IO[bytes], batch: int) -> Iterator[list[tuple[int, bytes]]]:
+    """Numbered lines in groups holding ``batch`` non-blank lines (blank lines ride along)."""
+    chunk: list[tuple[int, bytes]] = []
+    filled = 0
+    for number, raw in enumerate(file, start=1):
+        chunk.append((number, raw))
+        filled += bool(raw.strip())
+        if filled == batch:
+            yield chunk
+            chunk, filled = [], 0
+    if chunk:
+        yield chunk
+
+
+def file_size(file: IO[bytes]) -> int | None:
+    """The size in bytes of a regular file; None for a pipe or a terminal (an open-ended bar)."""
+    try:
+        info = os.fstat(file.fileno())
+    except (OSError, ValueError):  # io.UnsupportedOperation is both
+        return None
+    return info.st_size if stat.S_ISREG(info.st_mode) else None

@@ -1,0 +1,205 @@
+"""``broker status``: queues, transmission backlog, endpoints and timers on one screen;
+``--watch`` refreshes it."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections import Counter
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+from click.core import ParameterSource
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.text import Text
+from sqlalchemy.engine import make_url
+
+import broker
+from broker import schema as broker_schema
+from cli.render import Listing, json_option, jsonable, plain_lines, plural, rich_table
+from cli.state import CliState
+
+# Queue row status -> column in the summary (spec 3: 1 ready, 0 received and retained,
+# 2 not yet complete, 3 retained copy of a sent message).
+_STATUS_COLUMNS = {1: "ready", 0: "received", 2: "incomplete", 3: "sent_copies"}
+_QUEUE_COLUMNS = ("queue", "enabled", "ready", "received", "incomplete", "sent_copies", "total", "oldest_ready")
+
+# A line of text or a table: what one snapshot prints, on a terminal or down a pipe.
+Block = str | Listing
+
+
+@click.command()
+@click.option("--watch", is_flag=True, help="Print a new snapshot every --interval seconds until Ctrl-C.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0),
+    default=2.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Time between snapshots with --watch.",
+)
+@click.option("--iterations", type=click.IntRange(min=1), help="With --watch: stop after N snapshots.")
+@json_option
+@click.pass_context
+def status(ctx: click.Context, watch: bool, interval: float, iterations: int | None, as_json: bool) -> None:
+    """Summarise the database on one screen.
+
+    Queues with their messages by status and the age of the oldest ready message, the
+    transmission queue by reason (transmission_status), conversation endpoints by state,
+    and conversation timers (how many are set, how many are overdue, the next one).
+
+    --watch redraws the screen in place on a terminal and prints one snapshot after
+    another otherwise (one JSON object per line with --json).
+
+    \b
+    Example:
+      broker status
+      broker --db sqlite:///app.db status --json
+      broker status --watch --interval 1
+    """
+    if not watch and any(
+        ctx.get_parameter_source(name) is not ParameterSource.DEFAULT for name in ("interval", "iterations")
+    ):
+        raise click.UsageError("--interval and --iterations go with --watch")
+    state: CliState = ctx.obj
+    db = state.db()
+    if not watch:
+        summary = _summary(state.url, db)
+        if as_json:
+            click.echo(json.dumps(summary, indent=2, default=jsonable))
+        else:
+            _print(_blocks(summary))
+        return
+    console = Console()
+    try:
+        if console.is_terminal and not as_json:
+            with Live(console=console, auto_refresh=False) as live:
+                for _ in _ticks(iterations, interval):
+                    live.update(_renderable(_blocks(_summary(state.url, db))), refresh=True)
+            return
+        for number in _ticks(iterations, interval):
+            summary = _summary(state.url, db)
+            if as_json:
+                click.echo(json.dumps(summary, default=jsonable))
+            else:
+                if number:
+                    click.echo()
+                _print(_blocks(summary))
+    except KeyboardInterrupt:
+        pass  # Ctrl-C ends watching: exit 0
+
+
+def _ticks(iterations: int | None, interval: float) -> Iterator[int]:
+    """0, 1, 2, ... (``iterations`` of them, or forever), ``interval`` seconds apart."""
+    for number in itertools.count() if iterations is None else range(iterations):
+        if number:
+            time.sleep(interval)
+        yield number
+
+
+def _summary(url: str, db: broker.Broker) -> dict[str, Any]:
+    now = datetime.now(UTC)
+    database = db.catalog("sys.databases")[0]
+    queues = []
+    for queue in db.catalog("sys.service_queues"):
+        counts = Counter(db.queue_counts(queue["name"]))
+        oldest = db.oldest_ready_time(queue["name"]) if counts[1] else None
+        queues.append(
+            {
+                "queue": queue["name"],
+                "enabled": bool(queue["is_receive_enabled"]),
+                **{column: counts[s] for s, column in _STATUS_COLUMNS.items()},
+                "total": counts.total(),
+                "oldest_ready_time": oldest,
+                "oldest_ready_age_s": None if oldest is None else round((now - oldest).total_seconds(), 3),
+            }
+        )
+    backlog = db.transmission_backlog()
+    timers_set, timers_due, next_timer = db.timer_summary()
+    return {
+        "time": now,
+        "database": {
+            "url": make_url(url).render_as_string(hide_password=True),
+            "schema_revision": broker_schema.current_revision(db.engine),
+            "is_broker_enabled": bool(database["is_broker_enabled"]),
+            "service_broker_guid": database["service_broker_guid"],
+        },
+        "queues": queues,
+        "transmission_queue": sum(backlog.values()),
+        "transmission_backlog": [
+            {"transmission_status": reason, "count": count} for reason, count in backlog.items()
+        ],
+        "endpoints": [{"state": s, "state_desc": d, "count": n} for s, d, n in db.endpoint_states()],
+        "timers": {"count": timers_set, "due": timers_due, "next_due": next_timer},
+    }
+
+
+def _blocks(summary: dict[str, Any]) -> list[Block]:
+    """The snapshot as lines and tables, the same on a terminal and down a pipe."""
+    database = summary["database"]
+    now: datetime = summary["time"]
+    queues = [
+        {**q, "oldest_ready": None if q["oldest_ready_age_s"] is None else _age(q["oldest_ready_age_s"])}
+        for q in summary["queues"]
+    ]
+    timers = summary["timers"]
+    next_due = timers["next_due"]
+    blocks: list[Block] = [
+        f"Database {database['url']} (schema {database['schema_revision']}) at "
+        f"{now:%Y-%m-%d %H:%M:%S} UTC: Service Broker "
+        f"{'enabled' if database['is_broker_enabled'] else 'DISABLED'}, "
+        f"broker instance {jsonable(database['service_broker_guid'])}",
+        Listing(queues, _QUEUE_COLUMNS, "Queues"),
+        Listing(summary["endpoints"], ("state", "state_desc", "count"), "Endpoints by state"),
+        f"Transmission queue: {plural(summary['transmission_queue'], 'message')} awaiting delivery",
+    ]
+    if summary["transmission_backlog"]:
+        blocks.append(
+            Listing(summary["transmission_backlog"], ("count", "transmission_status"), "Waiting, by reason")
+        )
+    blocks.append(
+        f"Conversation timers: {timers['count']} set, {timers['due']} due"
+        + (
+            f", next due {next_due:%Y-%m-%d %H:%M:%S} UTC ({_relative(next_due, now)})"
+            if next_due is not None
+            else ""
+        )
+    )
+    return blocks
+
+
+def _print(blocks: list[Block]) -> None:
+    console = Console()
+    if console.is_terminal:
+        console.print(_renderable(blocks))
+        return
+    for block in blocks:
+        for line in [block] if isinstance(block, str) else plain_lines(block):
+            click.echo(line)
+
+
+def _renderable(blocks: list[Block]) -> RenderableType:
+    return Group(*(Text(block) if isinstance(block, str) else rich_table(block) for block in blocks))
+
+
+def _relative(moment: datetime, now: datetime) -> str:
+    seconds = (moment - now).total_seconds()
+    return f"in {_age(seconds)}" if seconds > 0 else f"{_age(-seconds)} ago"
+
+
+def _age(seconds: float) -> str:
+    """A duration the way an operator reads it: 0.4s, 42s, 3m05s, 2h10m, 4d03h."""
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    for unit, size, small, small_size in (("d", 86400, "h", 3600), ("h", 3600, "m", 60), ("m", 60, "s", 1)):
+        if whole >= size:
+            return f"{whole // size}{unit}{whole % size // small_size:02d}{small}"
+    return f"{whole}s"
+
+
+COMMANDS = (status,)

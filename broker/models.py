@@ -130,7 +130,8 @@ class Service(Base):
     __tablename__ = "sb_services"
 
     service_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
-    name: Mapped[str] = mapped_column(String(SYSNAME), unique=True)
+    # Service names travel as nvarchar(256) (TO SERVICE, far_service), longer than sysname.
+    name: Mapped[str] = mapped_column(String(256), unique=True)
     service_queue_id: Mapped[int] = mapped_column(ForeignKey("sb_queues.object_id"), index=True)
 
 

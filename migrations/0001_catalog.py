@@ -327,7 +327,7 @@ def upgrade() -> None:
     )
     op.create_table('sb_services',
     sa.Column('service_id', sa.Integer(), autoincrement=False, nullable=False),
-    sa.Column('name', sa.String(length=128), nullable=False),
+    sa.Column('name', sa.String(length=256), nullable=False),
     sa.Column('service_queue_id', sa.Integer(), nullable=False),
     sa.ForeignKeyConstraint(['service_queue_id'], ['sb_queues.object_id'], name=op.f('fk_sb_services_service_queue_id_sb_queues')),
     sa.PrimaryKeyConstraint('service_id', name=op.f('pk_sb_services')),

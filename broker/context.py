@@ -45,4 +45,5 @@ class TxContext:
         self.conn.execute(
             update(BrokerDatabase).values(catalog_version=BrokerDatabase.catalog_version + 1)
         )
+        self.state.backend.catalog_changed(self.conn)  # wakes other processes' waiters at commit
         self.catalog = load_catalog(self.conn)

@@ -93,8 +93,9 @@ def enqueue(
         p_message_type_id=message_type_id, p_validation=ctx.catalog.message_types[message_type_id].validation,
         p_message_body=body, p_message_enqueue_time=ctx.now(), p_receive_rank=_rank(message_type_id),
     )
-    if status == 1:
+    if status == 1 and queue.id not in ctx.touched_queues:
         ctx.touched_queues.add(queue.id)
+        ctx.state.backend.enqueued(ctx.conn, queue.id)  # wakes other processes at commit
 
 
 def broker_error(ctx: TxContext, receiver: ep.Endpoint, code: int, description: str) -> None:

@@ -143,6 +143,8 @@ class QueueStatements:
 
     insert: Prepared
     next_ready: Prepared  # (group, conversation) holding the next message to serve
+    ready_candidates: Prepared  # the same order, p_limit rows from p_offset (group locking)
+    first_of_group: Prepared  # (conversation,) of a group's next message to serve
     conversation_rows: Prepared  # one conversation's ready rows in receive order, LIMIT p_top
     all_conversation_rows: Prepared  # the same without a limit
     delete_row: Prepared
@@ -157,12 +159,18 @@ def queue_statements(table_name: str) -> QueueStatements:
         select(t).where(t.c.conversation_handle == bindparam("p_handle"), ready)
         .order_by(t.c.receive_rank, t.c.message_sequence_number, t.c.queuing_order)
     )
+    serve_order = (
+        select(t.c.conversation_group_id, t.c.conversation_handle).where(ready)
+        .order_by(t.c.priority.desc(), t.c.queuing_order)
+    )
     return QueueStatements(
         insert=Prepared(insert(t).values(
             {c.name: bindparam(f"p_{c.name}") for c in t.columns if c.name != "queuing_order"}
         )),
-        next_ready=Prepared(
-            select(t.c.conversation_group_id, t.c.conversation_handle).where(ready)
+        next_ready=Prepared(serve_order.limit(1)),
+        ready_candidates=Prepared(serve_order.limit(bindparam("p_limit")).offset(bindparam("p_offset"))),
+        first_of_group=Prepared(
+            select(t.c.conversation_handle).where(t.c.conversation_group_id == bindparam("p_group"), ready)
             .order_by(t.c.priority.desc(), t.c.queuing_order).limit(1)
         ),
         conversation_rows=Prepared(rows.limit(bindparam("p_top"))),

@@ -182,10 +182,11 @@ def task_count(ctx: TxContext, queue_id: int) -> int:
 def forget_dead_tasks(ctx: TxContext) -> bool:
     """Delete task rows left by processes that no longer exist, in the caller's transaction.
 
-    Only on SQLite under POSIX: every reader of a SQLite file runs on this machine, where
-    ``os.kill(pid, 0)`` tells whether a process exists. Returns whether it deleted any.
+    Only where every reader runs on this machine (SQLite, see ``broker.backends``) under
+    POSIX, where ``os.kill(pid, 0)`` tells whether a process exists. Returns whether it
+    deleted any.
     """
-    if not ctx.state.is_sqlite or os.name != "posix":
+    if not ctx.state.backend.processes_are_local or os.name != "posix":
         return False
     pids = ctx.conn.execute(select(ActivatedTask.process_id).distinct()).scalars().all()
     dead = [pid for pid in pids if not _process_exists(pid)]

@@ -1,7 +1,9 @@
 """RECEIVE and GET CONVERSATION GROUP (one attempt; WAITFOR lives in the transaction).
 
 Group selection (spec 2.3): the group holding the highest-priority ready message, ties
-broken by the oldest such message. Rows come from that group only: conversations by
+broken by the oldest such message, among the groups no other transaction holds; the
+chosen group stays locked until the transaction ends (``broker.backends``). A RECEIVE
+that names a conversation or a group waits for that group's lock. Rows come from that group only: conversations by
 priority then age, and inside a conversation a DialogTimer first, then an Error, then
 the rest by ``message_sequence_number``. Every step is one index seek, so the cost of a
 RECEIVE does not grow with the number of messages queued.
@@ -58,12 +60,14 @@ def receive(
         endpoint = ep.get_endpoint(ctx, conversation_handle)
         if ctx.catalog.services[endpoint.service_id].queue_id != queue.id:
             raise BrokerError(8426, handle=str(endpoint.conversation_handle).upper())
+        ctx.state.backend.lock_group(ctx.conn, endpoint.conversation_group_id)
         rows = _conversation_rows(ctx, statements, endpoint.conversation_handle, top)
     elif conversation_group_id is not None:
         group_id = _named_group(ctx, queue, conversation_group_id)
+        ctx.state.backend.lock_group(ctx.conn, group_id)
         rows = _group_rows(ctx, queue, statements, group_id, None, top)
     else:
-        first = statements.next_ready.first(ctx.conn)
+        first = ctx.state.backend.next_ready(ctx.conn, statements)
         if first is None:
             return []
         group_id, handle = first
@@ -81,9 +85,9 @@ def get_conversation_group(ctx: TxContext, queue_name: str) -> uuid.UUID | None:
     """The group RECEIVE would serve next, locked for this transaction; None if none."""
     queue = receivable_queue(ctx, queue_name)
     fire_due_work(ctx, queue)
-    # SQLite: the transaction holds the database write lock, a superset of every group
-    # lock, so no other transaction can hold the group this picks.
-    first = queue_statements(queue.table_name).next_ready.first(ctx.conn)
+    # Locked until the transaction ends (see ``broker.backends``: on SQLite the write
+    # lock covers every group; on PostgreSQL the first group no one else holds).
+    first = ctx.state.backend.next_ready(ctx.conn, queue_statements(queue.table_name))
     return None if first is None else first[0]
 
 

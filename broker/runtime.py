@@ -3,7 +3,7 @@
 One scheduler thread fires conversation timers and dialog lifetimes on time, retries the
 transmission queue with back-off, and gives the activation manager its turn. It sleeps
 until the next deadline and wakes early on any commit to the database: at once for this
-process's commits, within milliseconds for other processes' (``PRAGMA data_version``).
+process's commits, within milliseconds for other processes' (``broker.backends``).
 
 Several runtimes may serve one database at once (two ``broker run`` processes, or an
 application plus ``broker run``): each pass is one transaction that clears what it fires,
@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from broker import events, scheduler
-from broker.waiting import ANY_QUEUE, wait_for_queue
+from broker.waiting import ANY_QUEUE
 
 if TYPE_CHECKING:
     from broker.database import Broker
@@ -100,8 +100,7 @@ class Runtime:
 
     def _loop(self) -> None:
         state = self.db._state
-        watcher = self.db.engine.raw_connection() if state.is_sqlite else None
-        try:
+        with state.backend.watching(self.db.engine, state.notifier) as wait_for_commit:
             while not self._stopping.is_set():
                 started = time.monotonic()
                 try:
@@ -111,13 +110,8 @@ class Runtime:
                     wait = self.poll_interval
                 if self._stopping.is_set():
                     break
-                wait_for_queue(state.notifier, ANY_QUEUE, time.monotonic() + wait,
-                               watcher.driver_connection if watcher is not None else None,
-                               lambda: True)
+                wait_for_commit(state.notifier.counter(ANY_QUEUE), time.monotonic() + wait)
                 self._stopping.wait(max(0.0, started + MIN_GAP_S - time.monotonic()))
-        finally:
-            if watcher is not None:
-                watcher.close()
 
     def _announce(self, done: scheduler.DueWork) -> None:
         hub = self.db.events

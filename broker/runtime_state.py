@@ -7,8 +7,8 @@ import threading
 from sqlalchemy import Engine
 from sqlalchemy.engine import Connection
 
+from broker.backends import backend_for
 from broker.catalog import Catalog, catalog_version, load_catalog
-from broker.engine import sqlite_path
 from broker.events import EventHub
 from broker.waiting import QueueNotifier
 
@@ -31,8 +31,8 @@ class DatabaseState:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self.is_sqlite = engine.dialect.name == "sqlite"
-        self.notifier = _notifier_for(sqlite_path(engine) or engine.url.render_as_string())
+        self.backend = backend_for(engine)
+        self.notifier = _notifier_for(self.backend.database_key(engine))
         self._catalog: Catalog | None = None
         self._lock = threading.Lock()
         self._idle = threading.local()
@@ -64,7 +64,9 @@ class DatabaseState:
             conn.close()
 
     def close_idle(self) -> None:
-        """Close the connections kept for reuse (their threads open new ones if needed)."""
+        """Close the connections kept for reuse (their threads open new ones if needed),
+        and the backend's listener."""
+        self.backend.stop_listening()
         with self._lock:
             kept, self._kept = self._kept, set()
         for conn in kept:

@@ -35,15 +35,24 @@ _e, _g, _t = ep.endpoints, ep.groups, ep.transmissions
 _ON_GROUP = _g.c.conversation_group_id == _e.c.conversation_group_id
 # Spelled out, not IN (...): a prepared statement cannot carry an expanding list.
 _IS_OPEN = or_(*(_e.c.state == state for state in _OPEN_STATES))
-_DUE_TIMERS = Prepared(select(_e).where(_e.c.dialog_timer <= bindparam("p_now")))
+# Several runtimes (and RECEIVEs) may look for the same due work at once: each locks the
+# endpoint rows it fires and skips the ones another transaction holds, so nothing fires
+# twice (PostgreSQL; SQLite compiles the clause away, its write lock serializes them).
+_DUE_TIMERS = Prepared(
+    select(_e).where(_e.c.dialog_timer <= bindparam("p_now")).with_for_update(skip_locked=True, of=_e)
+)
 _DUE_TIMERS_OF_QUEUE = Prepared(
     select(_e).join(_g, _ON_GROUP)
     .where(_e.c.dialog_timer <= bindparam("p_now"), _g.c.queue_id == bindparam("p_queue"))
+    .with_for_update(skip_locked=True, of=_e)
 )
-_EXPIRED = Prepared(select(_e).where(_e.c.lifetime <= bindparam("p_now"), _IS_OPEN))
+_EXPIRED = Prepared(
+    select(_e).where(_e.c.lifetime <= bindparam("p_now"), _IS_OPEN).with_for_update(skip_locked=True, of=_e)
+)
 _EXPIRED_OF_QUEUE = Prepared(
     select(_e).join(_g, _ON_GROUP)
     .where(_e.c.lifetime <= bindparam("p_now"), _IS_OPEN, _g.c.queue_id == bindparam("p_queue"))
+    .with_for_update(skip_locked=True, of=_e)
 )
 
 
@@ -97,6 +106,7 @@ def retry_due_transmissions(ctx: TxContext) -> int:
     now = ctx.now()
     due = ctx.conn.execute(
         select(_t.c.message_id, _t.c.conversation_handle).where(_t.c.next_attempt_time <= now)
+        .with_for_update(skip_locked=True)
     ).all()
     if not due:
         return 0

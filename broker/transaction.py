@@ -2,8 +2,10 @@
 
 The verbs mirror Service Broker's statements one to one. Each runs in this
 transaction: its effects are visible to others only after commit and vanish on
-rollback. On SQLite the transaction holds the database write lock (``BEGIN IMMEDIATE``)
-from its first verb to its end: that lock includes every conversation group lock.
+rollback. Locks (``broker.backends``): on SQLite the transaction holds the database write
+lock (``BEGIN IMMEDIATE``) from its first verb to its end, which includes every
+conversation group lock; on PostgreSQL it holds row locks on the conversation groups it
+receives from (and the rows it writes) until it ends.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from broker.context import TxContext
 from broker.errors import BrokerError
 from broker.messages import Message
 from broker.queue_tables import queue_table
-from broker.waiting import wait_for_queue
 
 if TYPE_CHECKING:
     from broker.runtime_state import DatabaseState
@@ -138,44 +139,40 @@ class Transaction:
         if timeout != FOREVER and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
             raise BrokerError(0, f"timeout must be None, seconds >= 0 or -1; got {timeout!r}")
         deadline = float("inf") if timeout == FOREVER else time.monotonic() + timeout
+        # Other processes' commits must reach the notifier before the first look.
+        self._state.backend.start_listening(self._state.engine, self._state.notifier)
         while True:
+            # Read before the attempt: a commit after it then ends the wait at once.
+            seen = self._call(lambda ctx: self._state.notifier.counter(receiving.receivable_queue(ctx, queue).id))
             result = self._call(attempt)
             if result is not None and result != []:
                 self._wrote = True  # received rows or a locked group: the lock must stay
                 return result
             if time.monotonic() >= deadline:
                 return empty
-            self._wait(queue, deadline)
+            self._wait(queue, seen, deadline)
 
-    def _wait(self, queue_name: str, deadline: float) -> None:
-        """Wait for messages without holding the write lock whenever that is possible."""
+    def _wait(self, queue_name: str, seen: int, deadline: float) -> None:
+        """Wait for messages, without holding locks whenever that is possible.
+
+        A transaction that has not written rolls its empty attempt back (releasing the
+        SQLite write lock, or PostgreSQL's group locks) and begins again when woken.
+        One that has written keeps its locks while it waits (see ``broker.backends``).
+        """
         ctx = self._context()
         queue = receiving.receivable_queue(ctx, queue_name)
         timer = receiving.next_timer(ctx, queue)
         if timer is not None:
             deadline = min(deadline, time.monotonic() + max(0.0, (timer - ctx.now()).total_seconds()))
-        if self._wrote or self._owned is None or not self._state.is_sqlite:
-            # The lock cannot be given back: nothing another writer does can reach us
-            # before this transaction ends, so only a timer can produce a message.
-            time.sleep(max(0.0, min(deadline, time.monotonic() + 3600) - time.monotonic()))
+        backend, notifier = self._state.backend, self._state.notifier
+        if self._wrote or self._owned is None:
+            backend.wait_holding(notifier, queue.id, seen, deadline)
             return
         conn = self._owned
-        conn.rollback()  # nothing written yet: release the write lock while waiting
+        conn.rollback()  # nothing written yet: release the locks while waiting
         self._ctx = None
-        dbapi = conn.connection.dbapi_connection
-        assert dbapi is not None  # a checked-out connection always has one
-        table = queue_table(queue.table_name).name
-        messages_sql = f'SELECT 1 FROM "{table}" WHERE status = 1 LIMIT 1'
-        version_sql = "SELECT catalog_version FROM sb_database"
-
-        def worth_a_look() -> bool:
-            # Read-only, outside any transaction: no write lock is taken. A catalog
-            # change (queue disabled or dropped, ...) must end the wait with its error.
-            if dbapi.execute(version_sql).fetchone()[0] != ctx.catalog.version:
-                return True
-            return dbapi.execute(messages_sql).fetchone() is not None
-
-        wait_for_queue(self._state.notifier, queue.id, deadline, dbapi, worth_a_look)
+        backend.wait_released(notifier, queue.id, seen, deadline, conn, queue_table(queue.table_name).name,
+                              ctx.catalog.version)
 
     def _context(self) -> TxContext:
         if self._ctx is None:

@@ -2,10 +2,11 @@
 
 In one process a commit that enqueues messages wakes the readers waiting on those
 queues at once (a condition variable shared by every connection to the same database).
-Another process's commits are seen on SQLite through ``PRAGMA data_version``, which
-changes on a connection when any *other* connection commits; it is checked with a short
-exponential back-off, and a cheap read-only probe decides whether a RECEIVE is worth
-taking the write lock for.
+Another process's commits reach it through the backend (``broker.backends``): on
+SQLite ``PRAGMA data_version``, which changes on a connection when any *other*
+connection commits, checked here with a short exponential back-off, with a cheap
+read-only probe deciding whether a RECEIVE is worth taking the write lock for; on
+PostgreSQL a LISTEN connection that calls ``notify`` itself.
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ class QueueNotifier:
     def __init__(self) -> None:
         self._condition = threading.Condition()
         self._counters: dict[int, int] = {}
+        self._all = 0  # bumped by changes that concern every queue (the catalog)
 
     def counter(self, queue_id: int) -> int:
         with self._condition:
-            return self._counters.get(queue_id, 0)
+            return self._counters.get(queue_id, 0) + self._all
 
     def notify(self, queue_ids: set[int]) -> None:
         with self._condition:
@@ -39,26 +41,35 @@ class QueueNotifier:
                 self._counters[queue_id] = self._counters.get(queue_id, 0) + 1
             self._condition.notify_all()
 
+    def notify_all(self) -> None:
+        """Wake every waiter (the catalog changed: a queue may be disabled or dropped)."""
+        with self._condition:
+            self._all += 1
+            self._condition.notify_all()
+
     def wait(self, queue_id: int, seen: int, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for a commit to ``queue_id``; True if one came."""
         with self._condition:
-            return self._condition.wait_for(lambda: self._counters.get(queue_id, 0) != seen, timeout)
+            return self._condition.wait_for(lambda: self._counters.get(queue_id, 0) + self._all != seen, timeout)
 
 
 def wait_for_queue(
     notifier: QueueNotifier,
     queue_id: int,
+    seen: int,
     deadline: float,
     dbapi_connection: Any | None,
     probe: Callable[[], bool],
 ) -> None:
     """Return when ``probe()`` may be true or at ``deadline`` (a ``time.monotonic()``).
 
+    ``seen`` is ``notifier.counter(queue_id)`` read before the caller last looked at the
+    queue, so a commit in between wakes it at once.
+
     ``dbapi_connection`` is an idle SQLite connection (no open transaction) used to
     watch ``PRAGMA data_version``; None where commits by other processes are signalled
     to the notifier by the backend itself.
     """
-    seen = notifier.counter(queue_id)
     version = _data_version(dbapi_connection)
     pause = FIRST_CHECK_S
     while True:

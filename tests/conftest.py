@@ -1,15 +1,28 @@
 """Shared fixtures: every conformance test runs once per backend.
 
-Each test gets a fresh database: a new SQLite file under ``tmp_path`` (never
-``:memory:``: locking needs several connections to one file). The PostgreSQL backend
-joins this parametrization in its own issue. Helpers live in ``support.py``.
+Each test gets a fresh database:
+
+* SQLite: a new file under ``tmp_path`` (never ``:memory:``: locking needs several
+  connections to one file).
+* PostgreSQL (only when ``BROKER_TEST_POSTGRES_URL`` names a server; skipped otherwise):
+  a new database per test, ``CREATE DATABASE ... TEMPLATE`` of a template that the
+  session migrated to head once, dropped ``WITH (FORCE)`` afterwards (a test's
+  subprocesses may still hold connections). A database per test, not a schema, because
+  the catalog views live in their own schema ``sys``. Tests marked ``empty_database``
+  get a database without the catalog (to test the migrations themselves).
+
+Helpers live in ``support.py``.
 """
 
 from __future__ import annotations
 
+import os
+import uuid
 from collections.abc import Iterator
 
 import pytest
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import URL, make_url
 from support import (  # noqa: F401 - re-exported for tests that import them from here
     CONTRACT,
     INITIATOR_QUEUE,
@@ -25,12 +38,59 @@ from support import (  # noqa: F401 - re-exported for tests that import them fro
 
 import broker
 
-BACKENDS = ["sqlite"]
+BACKENDS = ["sqlite", "postgresql"]
+POSTGRES_URL = os.environ.get("BROKER_TEST_POSTGRES_URL")
+
+
+class PostgresDatabases:
+    """Makes and drops the per-test databases on the test server."""
+
+    def __init__(self, url: str) -> None:
+        self.url: URL = make_url(url)
+        self.admin: Engine = create_engine(self.url, isolation_level="AUTOCOMMIT")
+        self.template = f"broker_template_{uuid.uuid4().hex[:12]}"
+        self._execute(f'CREATE DATABASE "{self.template}" TEMPLATE template0')
+        migrated = broker.connect(self.url_of(self.template))
+        migrated.dispose()
+
+    def url_of(self, name: str) -> str:
+        return self.url.set(database=name).render_as_string(hide_password=False)
+
+    def create(self, *, empty: bool) -> str:
+        name = f"broker_test_{uuid.uuid4().hex[:12]}"
+        self._execute(f'CREATE DATABASE "{name}" TEMPLATE "{"template0" if empty else self.template}"')
+        return name
+
+    def drop(self, name: str) -> None:
+        self._execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def close(self) -> None:
+        self.drop(self.template)
+        self.admin.dispose()
+
+    def _execute(self, sql: str) -> None:
+        with self.admin.connect() as conn:
+            conn.execute(text(sql))
+
+
+@pytest.fixture(scope="session")
+def postgres_databases() -> Iterator[PostgresDatabases]:
+    if POSTGRES_URL is None:
+        pytest.skip("BROKER_TEST_POSTGRES_URL is not set: no PostgreSQL server to test on")
+    databases = PostgresDatabases(POSTGRES_URL)
+    yield databases
+    databases.close()
 
 
 @pytest.fixture(params=BACKENDS)
-def db_url(request: pytest.FixtureRequest, tmp_path) -> str:  # type: ignore[no-untyped-def]
-    return f"sqlite:///{tmp_path / 'broker.db'}"
+def db_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'broker.db'}"
+        return
+    databases: PostgresDatabases = request.getfixturevalue("postgres_databases")
+    name = databases.create(empty=request.node.get_closest_marker("empty_database") is not None)
+    yield databases.url_of(name)
+    databases.drop(name)
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ def _drift(engine) -> list:  # type: ignore[no-untyped-def,type-arg]
         return compare_metadata(context, Base.metadata)
 
 
+@pytest.mark.empty_database
 def test_upgrade_head_matches_the_models(db_url: str) -> None:
     engine = create_broker_engine(db_url)
     schema.upgrade(engine)
@@ -50,6 +51,7 @@ def test_upgrade_downgrade_upgrade_round_trips(db_url: str) -> None:
     db.dispose()
 
 
+@pytest.mark.empty_database
 def test_connect_upgrades_an_empty_file_and_is_idempotent(db_url: str) -> None:
     first = broker.connect(db_url)
     first.create_queue("Q")

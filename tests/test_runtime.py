@@ -83,7 +83,8 @@ def test_held_messages_are_retried_with_back_off(tutorial: broker.Broker) -> Non
     def retry_state() -> tuple[int, float]:
         with tutorial.engine.connect() as conn:
             attempts, when = conn.execute(text("SELECT attempts, next_attempt_time FROM sb_transmission_queue")).one()
-        wait = datetime.fromisoformat(when).replace(tzinfo=UTC) - datetime.now(UTC)
+        moment = when if isinstance(when, datetime) else datetime.fromisoformat(when)  # text on SQLite
+        wait = moment.replace(tzinfo=UTC) - datetime.now(UTC)
         return attempts, wait.total_seconds()
 
     runtime = tutorial.runtime(poll_interval=60.0)

@@ -1,0 +1,298 @@
+"""Everything that differs between SQLite and PostgreSQL, behind one small class each.
+
+Nothing else in the broker branches on the dialect for transactions, locks or
+wake-ups; it asks ``backend_for(engine)``.
+
+SQLite (``SQLiteBackend``): every transaction starts with ``BEGIN IMMEDIATE`` and holds
+the database write lock until it ends, a superset of every conversation group lock, so
+group locking is a no-op. Other processes' commits are seen through ``PRAGMA
+data_version`` (with a read-only probe before taking the write lock again).
+
+PostgreSQL (``PostgresBackend``): READ COMMITTED transactions, conversation group locks
+are row locks on ``sb_conversation_groups`` held to the end of the transaction: a RECEIVE
+that names a group (or a conversation) waits for it with ``FOR UPDATE``; one that picks
+the next group takes the first candidate, in priority and age order, that no other
+transaction holds (``FOR UPDATE SKIP LOCKED``). A transaction that enqueues sends
+``pg_notify('broker_queue', queue_id)``, which PostgreSQL delivers at commit; one listener
+connection per database and process LISTENs and wakes this process's waiters.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Engine, bindparam, event, select
+from sqlalchemy.engine import Connection
+
+from broker.models import ConversationGroup
+from broker.statements import Prepared
+from broker.waiting import ANY_QUEUE, QueueNotifier, wait_for_queue
+
+if TYPE_CHECKING:
+    from broker.queue_tables import QueueStatements
+
+log = logging.getLogger("broker")
+
+# How long a SQLite connection waits for the write lock before giving up. Long enough
+# that "database is locked" never reaches a user under ordinary contention.
+SQLITE_BUSY_TIMEOUT_MS = 60_000
+# The PostgreSQL channel carrying enqueues ("<queue id>") and catalog changes ("*").
+CHANNEL = "broker_queue"
+ALL_QUEUES = "*"
+# Candidate messages read per round when looking for a group no one holds.
+CANDIDATES = 16
+
+_groups = ConversationGroup.__table__
+_LOCK_GROUP = Prepared(
+    select(_groups.c.conversation_group_id)
+    .where(_groups.c.conversation_group_id == bindparam("p_group")).with_for_update()
+)
+_TRY_LOCK_GROUP = Prepared(
+    select(_groups.c.conversation_group_id)
+    .where(_groups.c.conversation_group_id == bindparam("p_group")).with_for_update(skip_locked=True)
+)
+_NOTIFY = "SELECT pg_notify('" + CHANNEL + "', %s)"
+
+
+class Backend:
+    """The SQLite behaviour; ``PostgresBackend`` overrides what differs."""
+
+    name = "sqlite"
+    # Whether every process that uses the database runs on this machine (so a process
+    # id in ``sb_activated_tasks`` can be checked with ``os.kill``).
+    processes_are_local = True
+
+    def configure(self, engine: Engine) -> None:
+        """Install the connection and transaction settings on a new engine."""
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+            # Take transaction control away from the driver: the begin event below
+            # issues BEGIN IMMEDIATE itself.
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA synchronous = FULL")
+            cursor.execute("PRAGMA foreign_keys = ON")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn: Any) -> None:
+            # Straight to the driver: this runs once per transaction on the hot path.
+            conn.connection.dbapi_connection.execute("BEGIN IMMEDIATE")
+
+    def database_key(self, engine: Engine) -> str:
+        """One key per database, shared by every engine of this process that opens it."""
+        return str(Path(engine.url.database or "").resolve())
+
+    # -- locks ---------------------------------------------------------------------------
+
+    def lock_group(self, conn: Connection, group_id: uuid.UUID) -> None:
+        """Hold ``group_id``'s lock until the transaction ends (waiting for it if needed).
+
+        SQLite: the transaction's write lock already covers every group.
+        """
+
+    def next_ready(self, conn: Connection, statements: QueueStatements) -> tuple[Any, ...] | None:
+        """(group, conversation) of the next message to serve, its group locked; or None."""
+        return statements.next_ready.first(conn)
+
+    # -- wake-ups ------------------------------------------------------------------------
+
+    def enqueued(self, conn: Connection, queue_id: int) -> None:
+        """Tell other processes, at commit, that ``queue_id`` got messages."""
+
+    def catalog_changed(self, conn: Connection) -> None:
+        """Tell other processes, at commit, that the catalog changed."""
+
+    def start_listening(self, engine: Engine, notifier: QueueNotifier) -> None:
+        """Make sure other processes' commits reach ``notifier`` from now on."""
+
+    def stop_listening(self) -> None:
+        """Stop what ``start_listening`` started."""
+
+    def wait_released(self, notifier: QueueNotifier, queue_id: int, seen: int, deadline: float,
+                      conn: Connection, table: str, catalog_version: int) -> None:
+        """WAITFOR after the transaction rolled back its empty attempt (holding nothing).
+
+        ``conn`` is idle. SQLite: watch ``PRAGMA data_version`` on it; on a change a
+        read-only probe (no lock) decides whether a RECEIVE is worth the write lock: a
+        ready message, or a catalog change (a queue disabled or dropped must end the
+        wait with its error).
+        """
+        dbapi = conn.connection.dbapi_connection
+        assert dbapi is not None  # a checked-out connection always has one
+        messages_sql = f'SELECT 1 FROM "{table}" WHERE status = 1 LIMIT 1'
+        version_sql = "SELECT catalog_version FROM sb_database"
+
+        def worth_a_look() -> bool:
+            if dbapi.execute(version_sql).fetchone()[0] != catalog_version:
+                return True
+            return dbapi.execute(messages_sql).fetchone() is not None
+
+        wait_for_queue(notifier, queue_id, seen, deadline, dbapi, worth_a_look)
+
+    def wait_holding(self, notifier: QueueNotifier, queue_id: int, seen: int, deadline: float) -> None:
+        """WAITFOR inside a transaction that keeps its locks.
+
+        SQLite: it holds the database write lock, so nothing another writer does can
+        reach it before it ends: only a timer (the deadline) can produce a message.
+        """
+        sleep_until(deadline)
+
+    @contextmanager
+    def watching(self, engine: Engine, notifier: QueueNotifier) -> Iterator[Callable[[int, float], None]]:
+        """For the runtime: ``wait(seen, deadline)`` returning on any commit to the database.
+
+        SQLite: a raw connection of its own watches ``PRAGMA data_version``.
+        """
+        raw = engine.raw_connection()
+        try:
+            dbapi = raw.driver_connection
+            yield lambda seen, deadline: wait_for_queue(notifier, ANY_QUEUE, seen, deadline, dbapi, lambda: True)
+        finally:
+            raw.close()
+
+
+class PostgresBackend(Backend):
+    name = "postgresql"
+    processes_are_local = False
+
+    def __init__(self) -> None:
+        self._listener: _Listener | None = None
+        self._lock = threading.Lock()
+
+    def configure(self, engine: Engine) -> None:
+        """READ COMMITTED, the server's default: each statement sees the latest commits."""
+
+    def database_key(self, engine: Engine) -> str:
+        return engine.url.render_as_string(hide_password=True)
+
+    def lock_group(self, conn: Connection, group_id: uuid.UUID) -> None:
+        _LOCK_GROUP.all(conn, p_group=group_id)
+
+    def next_ready(self, conn: Connection, statements: QueueStatements) -> tuple[Any, ...] | None:
+        """Candidates in priority and age order; lock the first group nobody holds.
+
+        After the lock, the group's first ready message is read again: another
+        transaction may have taken the candidate and committed in between.
+        """
+        tried: set[Any] = set()
+        offset = 0
+        while True:
+            candidates = statements.ready_candidates.all(conn, p_limit=CANDIDATES, p_offset=offset)
+            for group_id, _handle in candidates:
+                if group_id in tried:
+                    continue
+                tried.add(group_id)
+                if _TRY_LOCK_GROUP.first(conn, p_group=group_id) is None:
+                    continue  # held by another transaction (or gone)
+                first = statements.first_of_group.first(conn, p_group=group_id)
+                if first is not None:
+                    return group_id, first[0]
+            if len(candidates) < CANDIDATES:
+                return None
+            offset += CANDIDATES
+
+    def enqueued(self, conn: Connection, queue_id: int) -> None:
+        _notify(conn, str(queue_id))
+
+    def catalog_changed(self, conn: Connection) -> None:
+        _notify(conn, ALL_QUEUES)
+
+    def start_listening(self, engine: Engine, notifier: QueueNotifier) -> None:
+        with self._lock:
+            if self._listener is None or not self._listener.alive:
+                self._listener = _Listener(engine, notifier)
+
+    def stop_listening(self) -> None:
+        with self._lock:
+            listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.stop()
+
+    def wait_released(self, notifier: QueueNotifier, queue_id: int, seen: int, deadline: float,
+                      conn: Connection, table: str, catalog_version: int) -> None:
+        """Wait on the notifier: the listener turns every NOTIFY into a wake-up."""
+        wait_for_queue(notifier, queue_id, seen, deadline, None, lambda: True)
+
+    def wait_holding(self, notifier: QueueNotifier, queue_id: int, seen: int, deadline: float) -> None:
+        """Other transactions still commit while this one holds its row locks: wait for them."""
+        wait_for_queue(notifier, queue_id, seen, deadline, None, lambda: True)
+
+    @contextmanager
+    def watching(self, engine: Engine, notifier: QueueNotifier) -> Iterator[Callable[[int, float], None]]:
+        self.start_listening(engine, notifier)
+        yield lambda seen, deadline: wait_for_queue(notifier, ANY_QUEUE, seen, deadline, None, lambda: True)
+
+
+def _notify(conn: Connection, payload: str) -> None:
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.execute(_NOTIFY, (payload,))
+    finally:
+        cursor.close()
+
+
+class _Listener:
+    """A thread on its own autocommit connection that LISTENs and wakes the notifier.
+
+    LISTEN is in force before the constructor returns, so a waiter that starts the
+    listener before its first attempt misses no commit made after that attempt.
+    """
+
+    def __init__(self, engine: Engine, notifier: QueueNotifier) -> None:
+        raw = engine.raw_connection()
+        connection: Any = raw.driver_connection
+        raw.detach()  # never goes back to the pool: closed by this listener
+        self._connection = connection
+        self._connection.autocommit = True
+        self._connection.execute(f"LISTEN {CHANNEL}")
+        self._notifier = notifier
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="broker-listen", daemon=True)
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def _run(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                for notice in self._connection.notifies(timeout=0.5):
+                    if notice.payload == ALL_QUEUES:
+                        self._notifier.notify_all()
+                    else:
+                        self._notifier.notify({int(notice.payload)})
+        except Exception:
+            if not self._stopping.is_set():
+                log.exception("LISTEN connection failed; waiters fall back to their timeouts")
+                self._notifier.notify_all()
+        finally:
+            self._connection.close()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(5)
+
+
+def backend_for(engine: Engine) -> Backend:
+    """The backend of ``engine``'s dialect (one object per engine, kept on it)."""
+    found: Backend | None = getattr(engine, "_broker_backend", None)
+    if found is None:
+        found = PostgresBackend() if engine.dialect.name == "postgresql" else Backend()
+        engine._broker_backend = found  # type: ignore[attr-defined]
+    return found
+
+
+def sleep_until(deadline: float) -> None:
+    time.sleep(max(0.0, min(deadline, time.monotonic() + 3600) - time.monotonic()))

@@ -38,10 +38,8 @@ from support import (  # noqa: F401 - re-exported for tests that import them fro
 
 import broker
 
-# PostgreSQL joins the default run when its issue (6) is finished: two of its tests still
-# fail there (an unclosed psycopg connection seen as a ResourceWarning, and a WAITFOR that
-# misses a queue being disabled). Until then: BROKER_TEST_BACKENDS=sqlite,postgresql.
-BACKENDS = os.environ.get("BROKER_TEST_BACKENDS", "sqlite").split(",")
+# Both by default; BROKER_TEST_BACKENDS=sqlite narrows a quick local run.
+BACKENDS = os.environ.get("BROKER_TEST_BACKENDS", "sqlite,postgresql").split(",")
 POSTGRES_URL = os.environ.get("BROKER_TEST_POSTGRES_URL")
 
 

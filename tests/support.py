@@ -6,7 +6,13 @@ import time
 import uuid
 from collections.abc import Callable
 
+import pytest
+
 import broker
+
+# For the few tests about SQLite itself (its file read through plain sqlite3, local
+# process ids): they run on SQLite only rather than skipping on other backends.
+sqlite_only = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 
 REQUEST = "//AWDB/1DBSample/RequestMessage"
 REPLY = "//AWDB/1DBSample/ReplyMessage"

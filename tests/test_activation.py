@@ -33,6 +33,7 @@ from support import (
     TARGET_SERVICE,
     endpoint,
     open_dialog,
+    sqlite_only,
     target_handle,
     wait_until,
 )
@@ -167,9 +168,8 @@ def test_internal_activation_tutorial(tutorial: broker.Broker, runtime: Runtime)
     assert monitor(tutorial) is None and not tasks(tutorial)  # no monitor without a runtime
 
 
+@sqlite_only  # readers of a PostgreSQL database may run on other hosts: no process id to check
 def test_task_rows_of_ended_processes_are_removed_when_a_runtime_starts(tutorial: broker.Broker) -> None:
-    if not tutorial._state.backend.processes_are_local:
-        pytest.skip("readers of a PostgreSQL database may run on other hosts: a process id cannot be checked")
     ended = subprocess.Popen([sys.executable, "-c", "pass"])
     ended.wait()
     target = queue_id(tutorial, TARGET_QUEUE)

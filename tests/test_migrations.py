@@ -33,9 +33,12 @@ def _drift(engine) -> list:  # type: ignore[no-untyped-def,type-arg]
 @pytest.mark.empty_database
 def test_upgrade_head_matches_the_models(db_url: str) -> None:
     engine = create_broker_engine(db_url)
-    schema.upgrade(engine)
-    assert _drift(engine) == []
-    assert schema.current_revision(engine) == schema.head_revision()
+    try:
+        schema.upgrade(engine)
+        assert _drift(engine) == []
+        assert schema.current_revision(engine) == schema.head_revision()
+    finally:
+        engine.dispose()
 
 
 def test_upgrade_downgrade_upgrade_round_trips(db_url: str) -> None:

@@ -20,6 +20,7 @@ from support import (
     TARGET_QUEUE,
     TARGET_SERVICE,
     endpoint,
+    sqlite_only,
 )
 
 import broker
@@ -72,10 +73,9 @@ def _target_of(db: broker.Broker, initiator: uuid.UUID) -> dict:  # type: ignore
 # -- step 6 ------------------------------------------------------------------------------
 
 
+@sqlite_only  # reads the queue's view through a plain sqlite3 connection
 def test_step6_send_is_invisible_to_other_sessions_before_commit(tutorial: broker.Broker) -> None:
     db = tutorial
-    if db.engine.dialect.name != "sqlite":
-        pytest.skip("reads the queue's view through a plain sqlite3 connection")
     # Another session reads the queue's view while the sending transaction is open. A
     # broker transaction would wait for the write lock, so read through plain sqlite3
     # (WAL readers do not wait for the writer).

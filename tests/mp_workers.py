@@ -6,7 +6,8 @@ producer URL CONVERSATIONS MESSAGES DONE_FILE
 reader URL OUT_FILE DONE_FILE SEED
     Receives TOP(3) in a loop; rolls back about one transaction in ten on purpose;
     writes one JSON line per received message with a timestamp taken inside the
-    transaction (transactions are serialized, so these order all receives).
+    transaction. A conversation's group lock is held from its RECEIVE to the commit, so
+    these timestamps order each conversation's receives on every backend.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Several processes on one SQLite file: exactly once, in order per conversation."""
+"""Several processes on one database: exactly once, in order per conversation (each backend)."""
 
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ def _finish(process: subprocess.Popen[str], timeout: float = 120) -> None:
     assert process.returncode == 0, err
 
 
-def test_four_readers_one_producer_exactly_once_in_order(tmp_path: Path) -> None:
+def test_four_readers_one_producer_exactly_once_in_order(db_url: str, tmp_path: Path) -> None:
     """How the work spreads over the readers is not asserted: on SQLite one writer runs at
     a time and its busy handler is not fair, so one reader may well take every message."""
-    url = f"sqlite:///{tmp_path / 'mp.db'}"
+    url = db_url
     conversations, messages = 40, 10
     done = str(tmp_path / "producer.done")
     _finish(_run("setup", url))

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, bindparam, event, select
+from sqlalchemy import Engine, bindparam, event, select, text
 from sqlalchemy.engine import Connection
 
 from broker.models import ConversationGroup
@@ -92,6 +92,18 @@ class Backend:
     def database_key(self, engine: Engine) -> str:
         """One key per database, shared by every engine of this process that opens it."""
         return str(Path(engine.url.database or "").resolve())
+
+    # -- names ---------------------------------------------------------------------------
+
+    def catalog_view(self, view: str) -> str:
+        """The SQL name of a catalog view. SQLite reads sys.x as database.table, so the dot
+        lives inside one quoted identifier: "sys.conversation_endpoints"."""
+        return f'"sys.{view}"'
+
+    def object_name_taken(self, conn: Connection, name: str) -> bool:
+        """Whether a table or view called ``name`` exists (case-insensitively, like SQL Server)."""
+        found = conn.execute(text("SELECT 1 FROM sqlite_master WHERE lower(name) = lower(:n)"), {"n": name})
+        return found.first() is not None
 
     # -- locks ---------------------------------------------------------------------------
 
@@ -175,6 +187,17 @@ class PostgresBackend(Backend):
 
     def database_key(self, engine: Engine) -> str:
         return engine.url.render_as_string(hide_password=True)
+
+    def catalog_view(self, view: str) -> str:
+        """Catalog views live in the schema sys: sys."conversation_endpoints"."""
+        return f'sys."{view}"'
+
+    def object_name_taken(self, conn: Connection, name: str) -> bool:
+        found = conn.execute(text(
+            "SELECT 1 FROM information_schema.tables "
+            "WHERE lower(table_name) = lower(:n) AND table_schema = current_schema()"
+        ), {"n": name})
+        return found.first() is not None
 
     def lock_group(self, conn: Connection, group_id: uuid.UUID) -> None:
         _LOCK_GROUP.all(conn, p_group=group_id)

@@ -271,8 +271,7 @@ class Broker:
         return self._read(summary)
 
     def _view_name(self, view: str) -> str:
-        """A catalog view's SQL name: sys."x" on PostgreSQL, "sys.x" on SQLite."""
-        return f'sys."{view}"' if self.engine.dialect.name == "postgresql" else f'"sys.{view}"'
+        return self._state.backend.catalog_view(view)
 
     def _read(self, verb: Callable[[TxContext], T]) -> T:
         with self.transaction() as tx:

@@ -33,7 +33,6 @@ from broker.queue_tables import (
     create_queue_storage,
     drop_queue_storage,
     internal_table_name,
-    object_name_taken,
     queue_table,
     validate_queue_name,
 )
@@ -116,7 +115,7 @@ def create_queue(
     poison_message_handling: bool,
 ) -> None:
     queue_name = validate_queue_name(name)
-    if object_name_taken(ctx.conn, queue_name):
+    if ctx.state.backend.object_name_taken(ctx.conn, queue_name):
         raise BrokerError(2714, name=queue_name)
     object_id = _next_id(ctx, ServiceQueue.object_id)
     table_name = internal_table_name(object_id)

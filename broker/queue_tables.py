@@ -194,18 +194,6 @@ def drop_queue_storage(conn: Connection, queue_name: str, table_name: str) -> No
     queue_table(table_name).drop(conn)
 
 
-def object_name_taken(conn: Connection, name: str) -> bool:
-    """Whether a table or view called ``name`` exists (case-insensitively, like SQL Server)."""
-    if conn.dialect.name == "sqlite":
-        sql = "SELECT 1 FROM sqlite_master WHERE lower(name) = lower(:n)"
-    else:
-        sql = (
-            "SELECT 1 FROM information_schema.tables "
-            "WHERE lower(table_name) = lower(:n) AND table_schema = current_schema()"
-        )
-    return conn.execute(text(sql), {"n": name}).first() is not None
-
-
 def _quote(conn: Connection, name: str) -> str:
     return conn.dialect.identifier_preparer.quote_identifier(name)
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Engine, bindparam, event, select, text
 from sqlalchemy.engine import Connection
 
-from broker.models import ConversationGroup
+from broker.models import ConversationEndpoint, ConversationGroup
 from broker.statements import Prepared
 from broker.waiting import ANY_QUEUE, QueueNotifier, wait_for_queue
 
@@ -57,6 +57,24 @@ _LOCK_GROUP = Prepared(
 _TRY_LOCK_GROUP = Prepared(
     select(_groups.c.conversation_group_id)
     .where(_groups.c.conversation_group_id == bindparam("p_group")).with_for_update(skip_locked=True)
+)
+_endpoints = ConversationEndpoint.__table__
+_named = _endpoints.alias("named")
+# The group of one conversation endpoint, locked (a subquery: one round trip).
+_LOCK_GROUP_OF = Prepared(
+    select(_groups.c.conversation_group_id)
+    .where(_groups.c.conversation_group_id == select(_named.c.conversation_group_id)
+           .where(_named.c.conversation_handle == bindparam("p_handle")).scalar_subquery())
+    .with_for_update()
+)
+# Both endpoint rows of one conversation, locked initiator first: every transaction
+# takes a conversation's two rows in this order, so two never wait for each other.
+_LOCK_CONVERSATION = Prepared(
+    select(_endpoints.c.conversation_handle)
+    .where(_endpoints.c.conversation_id == select(_named.c.conversation_id)
+           .where(_named.c.conversation_handle == bindparam("p_handle")).scalar_subquery())
+    .order_by(_endpoints.c.is_initiator.desc())
+    .with_for_update(of=_endpoints)
 )
 _NOTIFY = "SELECT pg_notify('" + CHANNEL + "', %s)"
 
@@ -111,6 +129,21 @@ class Backend:
         """Hold ``group_id``'s lock until the transaction ends (waiting for it if needed).
 
         SQLite: the transaction's write lock already covers every group.
+        """
+
+    def lock_group_of(self, conn: Connection, handle: uuid.UUID) -> uuid.UUID | None:
+        """Lock the group of endpoint ``handle`` until the transaction ends; the group's id,
+        or None where no per-group lock is needed (or there is no such endpoint).
+
+        SQLite: the transaction's write lock already covers every group.
+        """
+        return None
+
+    def lock_conversation(self, conn: Connection, handle: uuid.UUID) -> None:
+        """Lock both endpoint rows of ``handle``'s conversation until the transaction ends,
+        before they are read for a change (their sequence numbers are written back whole).
+
+        SQLite: the transaction's write lock already covers them.
         """
 
     def next_ready(self, conn: Connection, statements: QueueStatements) -> tuple[Any, ...] | None:
@@ -201,6 +234,13 @@ class PostgresBackend(Backend):
 
     def lock_group(self, conn: Connection, group_id: uuid.UUID) -> None:
         _LOCK_GROUP.all(conn, p_group=group_id)
+
+    def lock_group_of(self, conn: Connection, handle: uuid.UUID) -> uuid.UUID | None:
+        found = _LOCK_GROUP_OF.first(conn, p_handle=handle)
+        return None if found is None else found[0]
+
+    def lock_conversation(self, conn: Connection, handle: uuid.UUID) -> None:
+        _LOCK_CONVERSATION.all(conn, p_handle=handle)
 
     def next_ready(self, conn: Connection, statements: QueueStatements) -> tuple[Any, ...] | None:
         """Candidates in priority and age order; lock the first group nobody holds.

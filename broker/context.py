@@ -31,6 +31,8 @@ class TxContext:
     touched_queues: set[int] = field(default_factory=set)
     # Queues this transaction received messages from (poison-message counting).
     received_queues: set[int] = field(default_factory=set)
+    # True once this transaction changed the catalog: its snapshot is then its own.
+    changed_catalog: bool = False
 
     @staticmethod
     def now() -> datetime:
@@ -47,3 +49,13 @@ class TxContext:
         )
         self.state.backend.catalog_changed(self.conn)  # wakes other processes' waiters at commit
         self.catalog = load_catalog(self.conn)
+        self.changed_catalog = True
+
+    def refresh_catalog(self) -> None:
+        """Take the latest committed catalog, unless this transaction changed it itself.
+
+        Under READ COMMITTED (PostgreSQL) another transaction's DDL can commit while this
+        one runs; a WAITFOR loop must look at the queue as it is now, not as it began.
+        """
+        if not self.changed_catalog:
+            self.catalog = self.state.catalog_for(self.conn)

@@ -66,7 +66,7 @@ def end_conversation(
     ctx: TxContext, handle: object, *, error: int | None, description: str | None, cleanup: bool
 ) -> None:
     """End the local endpoint; tell the far side (EndDialog or Error) unless it already ended."""
-    endpoint = ep.get_endpoint(ctx, handle)
+    endpoint = ep.lock_endpoint(ctx, handle)
     if cleanup:
         if error is not None or description is not None:
             raise BrokerError(0, "END CONVERSATION takes WITH ERROR or WITH CLEANUP, not both")
@@ -103,7 +103,7 @@ def end_conversation(
 
 def move_conversation(ctx: TxContext, handle: object, group_id: object) -> None:
     """Move one endpoint (and its queued messages) into another group of the same queue."""
-    endpoint = ep.get_endpoint(ctx, handle)
+    endpoint = ep.lock_endpoint(ctx, handle)
     if endpoint.state in ("DO", "CD"):
         raise BrokerError(8438, state=endpoint.state)
     target_id = _as_group_id(group_id)
@@ -113,6 +113,7 @@ def move_conversation(ctx: TxContext, handle: object, group_id: object) -> None:
         raise BrokerError(8439, group=str(target_id).upper())
     if target_id == endpoint.conversation_group_id:
         return
+    ctx.state.backend.lock_group(ctx.conn, target_id)  # MOVE locks both groups
     ep.set_endpoint(ctx, endpoint.conversation_handle, conversation_group_id=target_id)
     table = queue_table(ctx.catalog.queues[source_queue].table_name)
     ctx.conn.execute(update(table).where(table.c.conversation_handle == endpoint.conversation_handle)
@@ -122,7 +123,7 @@ def move_conversation(ctx: TxContext, handle: object, group_id: object) -> None:
 
 def begin_conversation_timer(ctx: TxContext, handle: object, timeout: float) -> None:
     """Arm (or re-arm) the endpoint's one timer: a DialogTimer message on expiry."""
-    endpoint = ep.get_endpoint(ctx, handle)
+    endpoint = ep.lock_endpoint(ctx, handle)
     if endpoint.state not in ("SO", "SI", "CO", "DI"):
         raise BrokerError(8458, state=endpoint.state)
     if timeout is None or isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
@@ -182,7 +183,7 @@ def _group_for(
     if related_conversation is not None and related_group is not None:
         raise BrokerError(0, "BEGIN DIALOG takes RELATED_CONVERSATION or RELATED_CONVERSATION_GROUP, not both")
     if related_conversation is not None:
-        related = ep.get_endpoint(ctx, related_conversation)
+        related = ep.lock_endpoint(ctx, related_conversation)
         if related.service_id != service_id:
             raise BrokerError(9610, name=service_name, other=ctx.catalog.services[related.service_id].name,
                               clause="RELATED_CONVERSATION", related=str(related.conversation_handle).upper())
@@ -195,5 +196,6 @@ def _group_for(
         if group.service_id != service_id:
             raise BrokerError(9610, name=service_name, other=ctx.catalog.services[group.service_id].name,
                               clause="RELATED_CONVERSATION_GROUP", related=str(group_id).upper())
+        ctx.state.backend.lock_group(ctx.conn, group_id)
         return group_id, False
     return uuid.uuid4(), True

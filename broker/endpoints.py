@@ -84,11 +84,30 @@ def get_endpoint(ctx: TxContext, handle: object) -> Endpoint:
     return endpoint
 
 
+def lock_endpoint(ctx: TxContext, handle: object) -> Endpoint:
+    """The endpoint of ``handle``, its conversation group locked until the transaction ends.
+
+    For the verbs that take the group lock (spec 6): SEND, END CONVERSATION, MOVE,
+    BEGIN CONVERSATION TIMER, RECEIVE naming a conversation, BEGIN DIALOG related to one.
+    The group is locked before the endpoint rows, the order RECEIVE takes them in, so a
+    RECEIVE and a SEND never wait for each other.
+    """
+    h = as_handle(handle)
+    backend = ctx.state.backend
+    locked = backend.lock_group_of(ctx.conn, h)
+    endpoint = get_endpoint(ctx, h)
+    if locked is not None and locked != endpoint.conversation_group_id:
+        backend.lock_group(ctx.conn, endpoint.conversation_group_id)  # moved meanwhile
+    return endpoint
+
+
 def find_endpoint(ctx: TxContext, handle: uuid.UUID) -> Endpoint | None:
-    """The endpoint of ``handle`` or None; kept for the rest of the transaction."""
+    """The endpoint of ``handle`` or None; kept (and on PostgreSQL its conversation's rows
+    locked) for the rest of the transaction."""
     kept = pending(ctx.conn)
     endpoint = kept.endpoints.get(handle)
     if endpoint is None:
+        ctx.state.backend.lock_conversation(ctx.conn, handle)
         row = _BY_HANDLE.first(ctx.conn, p_handle=handle)
         if row is None:
             return None
@@ -108,6 +127,7 @@ def peer_of(ctx: TxContext, endpoint: Endpoint) -> Endpoint | None:
     handle = kept.by_conversation.get(key)
     if handle is not None and handle in kept.endpoints:
         return kept.endpoints[handle]  # type: ignore[no-any-return]
+    ctx.state.backend.lock_conversation(ctx.conn, endpoint.conversation_handle)
     row = _BY_CONVERSATION.first(ctx.conn, p_conversation=key[0], p_initiator=key[1])
     return None if row is None else kept.keep(Endpoint._make(row))
 

@@ -57,10 +57,9 @@ def receive(
         return []
     statements = queue_statements(queue.table_name)
     if conversation_handle is not None:
-        endpoint = ep.get_endpoint(ctx, conversation_handle)
+        endpoint = ep.lock_endpoint(ctx, conversation_handle)
         if ctx.catalog.services[endpoint.service_id].queue_id != queue.id:
             raise BrokerError(8426, handle=str(endpoint.conversation_handle).upper())
-        ctx.state.backend.lock_group(ctx.conn, endpoint.conversation_group_id)
         rows = _conversation_rows(ctx, statements, endpoint.conversation_handle, top)
     elif conversation_group_id is not None:
         group_id = _named_group(ctx, queue, conversation_group_id)

@@ -71,7 +71,7 @@ def _handle_list(handles: object) -> list[object]:
 
 
 def _checked_sender(ctx: TxContext, handle: object) -> ep.Endpoint:
-    sender = ep.get_endpoint(ctx, handle)
+    sender = ep.lock_endpoint(ctx, handle)
     if sender.state not in ep.SENDABLE_STATES:
         raise BrokerError(8429, state=sender.state)
     if sender.lifetime <= ctx.now():

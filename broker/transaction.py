@@ -142,8 +142,12 @@ class Transaction:
         # Other processes' commits must reach the notifier before the first look.
         self._state.backend.start_listening(self._state.engine, self._state.notifier)
         while True:
-            # Read before the attempt: a commit after it then ends the wait at once.
+            # Read before the attempt: a commit after it then ends the wait at once. The
+            # catalog is read again after it too: a DDL commit (a queue disabled) that
+            # came between the transaction's snapshot and ``seen`` would otherwise go
+            # unseen until the timeout.
             seen = self._call(lambda ctx: self._state.notifier.counter(receiving.receivable_queue(ctx, queue).id))
+            self._call(TxContext.refresh_catalog)
             result = self._call(attempt)
             if result is not None and result != []:
                 self._wrote = True  # received rows or a locked group: the lock must stay

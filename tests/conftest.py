@@ -38,11 +38,8 @@ from support import (  # noqa: F401 - re-exported for tests that import them fro
 
 import broker
 
-# PostgreSQL joins the default run once issue 6 is done: under the load of a full run,
-# about one run in five, test_waitfor_on_a_queue_disabled_while_waiting_fails[postgresql]
-# fails (with a teardown error beside it); it always passes alone. Meanwhile:
-# BROKER_TEST_BACKENDS=sqlite,postgresql (and BROKER_TEST_POSTGRES_URL) runs both.
-BACKENDS = os.environ.get("BROKER_TEST_BACKENDS", "sqlite").split(",")
+# Every test runs on both backends; BROKER_TEST_BACKENDS=sqlite (or postgresql) narrows it.
+BACKENDS = os.environ.get("BROKER_TEST_BACKENDS", "sqlite,postgresql").split(",")
 POSTGRES_URL = os.environ.get("BROKER_TEST_POSTGRES_URL")
 
 

@@ -112,3 +112,13 @@ def test_broker_spark_demo_runs_the_example_pipeline(spark: SparkSession, db: br
     reported = sum(int(line.split(": ")[1].split(" ")[0]) for line in result.output.splitlines()
                    if line.startswith("c"))
     assert reported == 40  # every order counted once in the totals
+
+
+def test_register_without_the_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    import broker.spark
+
+    monkeypatch.setitem(sys.modules, "broker.spark.source", None)  # as if pyspark were missing
+    with pytest.raises(ImportError, match=r"servicebroker\[spark\]"):
+        broker.spark.register(object())

@@ -43,7 +43,7 @@ class SourceOptions:
 
     def require_queue(self) -> str:
         if not self.queue:
-            raise ValueError("servicebroker: option 'queue' is required to read a stream")
+            raise ValueError("servicebroker: option 'queue' is required (or 'view', for a batch read)")
         return self.queue
 
 

@@ -264,3 +264,41 @@ class ActivatedTask(Base):
     procedure_name: Mapped[str] = mapped_column(String(776))
     process_id: Mapped[int] = mapped_column(Integer)
     start_time: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class SparkStagedMessage(Base):
+    """A message a Spark write task staged; its job's commit SENDs it (``broker.spark``).
+
+    ``job`` is a batch job's id or a streaming sink's id; ``batch_id`` the micro-batch
+    (NULL for a batch job); ``token`` one task attempt, so that a retried task's rows
+    are sent once.
+    """
+
+    __tablename__ = "sb_spark_staging"
+    __table_args__ = (Index("ix_sb_spark_staging_job_batch_id", "job", "batch_id"),)
+
+    staging_id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
+    job: Mapped[str] = mapped_column(String(1024))
+    batch_id: Mapped[int | None] = mapped_column(BigInteger)
+    token: Mapped[str] = mapped_column(String(36), index=True)
+    partition_id: Mapped[int] = mapped_column(Integer)
+    conversation_handle: Mapped[uuid.UUID | None] = mapped_column(GUID())
+    from_service: Mapped[str | None] = mapped_column(String(256))
+    to_service: Mapped[str | None] = mapped_column(String(256))
+    contract: Mapped[str | None] = mapped_column(String(SYSNAME))
+    message_type: Mapped[str | None] = mapped_column(String(SYSNAME))
+    dialog_key: Mapped[str | None] = mapped_column(Text)
+    message_body: Mapped[bytes | None] = mapped_column(LargeBinary)
+    staged_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class SparkSink(Base):
+    """A Spark streaming sink and the last micro-batch it committed (exactly-once)."""
+
+    __tablename__ = "sb_spark_sinks"
+
+    sink_id: Mapped[str] = mapped_column(String(1024), primary_key=True)
+    batch_id: Mapped[int] = mapped_column(BigInteger)
+    commit_time: Mapped[datetime] = mapped_column(UTCDateTime())

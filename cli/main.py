@@ -14,7 +14,7 @@ from alembic.util.exc import CommandError
 from sqlalchemy.exc import SQLAlchemyError
 
 import broker
-from cli import bulk, conversations, demo, listen, objects, run, schema, show, status
+from cli import bulk, conversations, demo, listen, objects, run, schema, show, spark_demo, status
 from cli.state import DEFAULT_URL, CliState
 
 
@@ -76,6 +76,7 @@ for _command in (
     *bulk.COMMANDS,
     *run.COMMANDS,
     *listen.COMMANDS,
+    *spark_demo.COMMANDS,
     demo.demo,
 ):
     cli.add_command(_command)

@@ -63,11 +63,16 @@ class Endpoint(NamedTuple):
     closed_date: datetime | None
 
 
-_BY_HANDLE = Prepared(select(endpoints).where(endpoints.c.conversation_handle == bindparam("p_handle")))
+# Both endpoints of a handle's conversation in one read: the peer, when it is local, is
+# what SEND delivers to next. Endpoint reads need no flush (see ``Prepared``).
+_CONVERSATION_OF_HANDLE = Prepared(select(endpoints).where(
+    endpoints.c.conversation_id == select(endpoints.c.conversation_id)
+    .where(endpoints.c.conversation_handle == bindparam("p_handle")).scalar_subquery()
+), flush=False)
 _BY_CONVERSATION = Prepared(select(endpoints).where(
     endpoints.c.conversation_id == bindparam("p_conversation"),
     endpoints.c.is_initiator == bindparam("p_initiator"),
-))
+), flush=False)
 _WRITE_BACK = Prepared(
     update(endpoints).where(endpoints.c.conversation_handle == bindparam("p_handle"))
     .values(send_sequence=bindparam("p_send"), receive_sequence=bindparam("p_receive"),
@@ -85,15 +90,15 @@ def get_endpoint(ctx: TxContext, handle: object) -> Endpoint:
 
 
 def find_endpoint(ctx: TxContext, handle: uuid.UUID) -> Endpoint | None:
-    """The endpoint of ``handle`` or None; kept for the rest of the transaction."""
+    """The endpoint of ``handle`` or None; kept, with its local peer, for the rest of
+    the transaction."""
     kept = pending(ctx.conn)
     endpoint = kept.endpoints.get(handle)
     if endpoint is None:
-        row = _BY_HANDLE.first(ctx.conn, p_handle=handle)
-        if row is None:
-            return None
-        endpoint = kept.keep(Endpoint._make(row))
-    return endpoint  # type: ignore[no-any-return]
+        for row in _CONVERSATION_OF_HANDLE.all(ctx.conn, p_handle=handle):
+            kept.keep_read(Endpoint._make(row))
+        endpoint = kept.endpoints.get(handle)
+    return endpoint
 
 
 def endpoints_where(ctx: TxContext, *conditions: Any) -> list[Endpoint]:
@@ -107,9 +112,9 @@ def peer_of(ctx: TxContext, endpoint: Endpoint) -> Endpoint | None:
     key = (endpoint.conversation_id, not endpoint.is_initiator)
     handle = kept.by_conversation.get(key)
     if handle is not None and handle in kept.endpoints:
-        return kept.endpoints[handle]  # type: ignore[no-any-return]
+        return kept.endpoints[handle]
     row = _BY_CONVERSATION.first(ctx.conn, p_conversation=key[0], p_initiator=key[1])
-    return None if row is None else kept.keep(Endpoint._make(row))
+    return None if row is None else kept.keep_read(Endpoint._make(row))
 
 
 def advance_send(ctx: TxContext, endpoint: Endpoint, state: str) -> Endpoint:

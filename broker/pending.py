@@ -16,10 +16,13 @@ dropped, since it may have changed them. Rollback discards everything.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, event
 from sqlalchemy.engine import Connection
+
+if TYPE_CHECKING:
+    from broker.endpoints import Endpoint
 
 _KEY = "broker_pending"
 
@@ -32,14 +35,19 @@ class Pending:
     def __init__(self) -> None:
         # statement (a ``Prepared``) -> parameter sets, in arrival order
         self.inserts: dict[Any, list[dict[str, Any]]] = {}
-        self.endpoints: dict[uuid.UUID, Any] = {}  # handle -> Endpoint
+        self.endpoints: dict[uuid.UUID, Endpoint] = {}  # by handle
         self.by_conversation: dict[tuple[uuid.UUID, bool], uuid.UUID] = {}
-        self.dirty: dict[uuid.UUID, Any] = {}  # handle -> Endpoint to write back
+        self.dirty: dict[uuid.UUID, Endpoint] = {}  # by handle: to write back
 
-    def keep(self, endpoint: Any) -> Any:
+    def keep(self, endpoint: Endpoint) -> Endpoint:
         self.endpoints[endpoint.conversation_handle] = endpoint
         self.by_conversation[(endpoint.conversation_id, endpoint.is_initiator)] = endpoint.conversation_handle
         return endpoint
+
+    def keep_read(self, endpoint: Endpoint) -> Endpoint:
+        """Keep a row just read, unless a (possibly changed) copy is kept already."""
+        known = self.endpoints.get(endpoint.conversation_handle)
+        return self.keep(endpoint) if known is None else known
 
     def forget(self) -> None:
         self.endpoints.clear()

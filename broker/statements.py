@@ -95,13 +95,19 @@ class _Compiled:
 
 
 class Prepared:
-    """One statement, compiled on first use for each dialect."""
+    """One statement, compiled on first use for each dialect.
 
-    __slots__ = ("_statement", "_by_dialect")
+    ``flush=False`` is for reads that the held-back writes cannot change: endpoint
+    reads, since every endpoint with a held-back change is kept in ``Pending`` and
+    served from there (see ``broker.endpoints``). Everything else flushes first.
+    """
 
-    def __init__(self, statement: Executable) -> None:
+    __slots__ = ("_statement", "_by_dialect", "_flush")
+
+    def __init__(self, statement: Executable, *, flush: bool = True) -> None:
         self._statement = statement
         self._by_dialect: dict[str, _Compiled] = {}
+        self._flush = flush
 
     def _compiled(self, dialect: Dialect) -> _Compiled:
         compiled = self._by_dialect.get(dialect.name)
@@ -112,7 +118,8 @@ class Prepared:
 
     def all(self, conn: Connection, **values: Any) -> list[tuple[Any, ...]]:
         """Execute and return every row, type-processed."""
-        flush(conn)
+        if self._flush:
+            flush(conn)
         compiled = self._compiled(conn.dialect)
         cursor = _cursor(conn)
         cursor.execute(compiled.sql, compiled.parameters(values))

@@ -13,7 +13,6 @@ from broker import priorities
 from broker.context import TxContext
 from broker.errors import BrokerError, ConversationNotFoundError
 from broker.models import ConversationEndpoint, ConversationGroup, TransmissionQueueEntry
-from broker.pending import pending
 from broker.queue_tables import queue_table
 from broker.statements import Prepared
 
@@ -92,7 +91,7 @@ def get_endpoint(ctx: TxContext, handle: object) -> Endpoint:
 def find_endpoint(ctx: TxContext, handle: uuid.UUID) -> Endpoint | None:
     """The endpoint of ``handle`` or None; kept, with its local peer, for the rest of
     the transaction."""
-    kept = pending(ctx.conn)
+    kept = ctx.kept
     endpoint = kept.endpoints.get(handle)
     if endpoint is None:
         for row in _CONVERSATION_OF_HANDLE.all(ctx.conn, p_handle=handle):
@@ -108,7 +107,7 @@ def endpoints_where(ctx: TxContext, *conditions: Any) -> list[Endpoint]:
 
 def peer_of(ctx: TxContext, endpoint: Endpoint) -> Endpoint | None:
     """The other side's endpoint when it lives in this database."""
-    kept = pending(ctx.conn)
+    kept = ctx.kept
     key = (endpoint.conversation_id, not endpoint.is_initiator)
     handle = kept.by_conversation.get(key)
     if handle is not None and handle in kept.endpoints:
@@ -128,10 +127,8 @@ def advance_receive(ctx: TxContext, endpoint: Endpoint, next_sequence: int, stat
 
 
 def _change(ctx: TxContext, endpoint: Endpoint) -> Endpoint:
-    kept = pending(ctx.conn)
-    kept.keep(endpoint)
-    kept.dirty[endpoint.conversation_handle] = endpoint
-    return endpoint
+    ctx.kept.dirty[endpoint.conversation_handle] = endpoint
+    return ctx.kept.keep(endpoint)
 
 
 def write_back(conn: Connection, changed: list[Endpoint]) -> None:

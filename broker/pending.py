@@ -11,6 +11,10 @@ Both are flushed before *any* other statement runs on the connection — the bro
 (``Prepared`` calls ``flush``) or anybody's through SQLAlchemy (an engine event) — and
 before the commit. After a statement the broker does not control, the kept rows are
 dropped, since it may have changed them. Rollback discards everything.
+
+The buffer is made once per DBAPI connection and emptied when a transaction begins or
+ends, so a transaction can hold on to it (``TxContext.kept``) instead of looking it up
+through the connection for every message.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from sqlalchemy.engine import Connection
 if TYPE_CHECKING:
     from broker.endpoints import Endpoint
 
-_KEY = "broker_pending"
+INFO_KEY = "broker_pending"  # where the buffer lives in ``Connection.info``
 
 
 class Pending:
@@ -53,20 +57,28 @@ class Pending:
         self.endpoints.clear()
         self.by_conversation.clear()
 
+    def holds_writes(self) -> bool:
+        return bool(self.inserts or self.dirty)
+
+    def clear(self) -> None:
+        self.inserts = {}
+        self.dirty.clear()
+        self.forget()
+
 
 def pending(conn: Connection) -> Pending:
-    """This connection's buffer (made on first use)."""
+    """This connection's buffer (made on first use, then the same object for good)."""
     info = conn.info
-    buffer: Pending | None = info.get(_KEY)
+    buffer: Pending | None = info.get(INFO_KEY)
     if buffer is None:
-        buffer = info[_KEY] = Pending()
+        buffer = info[INFO_KEY] = Pending()
     return buffer
 
 
 def flush(conn: Connection) -> None:
     """Write what is held back (cheap when nothing is)."""
-    buffer: Pending | None = conn.info.get(_KEY)
-    if buffer is None or not (buffer.inserts or buffer.dirty):
+    buffer: Pending | None = conn.info.get(INFO_KEY)
+    if buffer is None or not buffer.holds_writes():
         return
     inserts, buffer.inserts = buffer.inserts, {}
     for statement, rows in inserts.items():
@@ -79,7 +91,10 @@ def flush(conn: Connection) -> None:
 
 
 def discard(conn: Connection) -> None:
-    conn.info.pop(_KEY, None)
+    """Drop whatever the buffer holds (the transaction began or ended)."""
+    buffer: Pending | None = conn.info.get(INFO_KEY)
+    if buffer is not None:
+        buffer.clear()
 
 
 def install(engine: Engine) -> None:
@@ -92,7 +107,7 @@ def install(engine: Engine) -> None:
 
 
 def _before_statement(conn: Connection, *_args: Any) -> None:
-    buffer: Pending | None = conn.info.get(_KEY)
+    buffer: Pending | None = conn.info.get(INFO_KEY)
     if buffer is not None:
         flush(conn)
         buffer.forget()  # the statement may change endpoints behind the kept rows

@@ -24,83 +24,15 @@ from sqlalchemy.types import TypeDecorator, TypeEngine
 
 K = TypeVar("K")
 V = TypeVar("V")
+T = TypeVar("T")
 
 # SQLAlchemy's SQLite DATETIME storage format, so stored text and SQL comparisons on it
 # are unchanged.
 _SQLITE_TIME_FORMAT = "%04d-%02d-%02d %02d:%02d:%02d.%06d"
-# Entries per uuid memo before it starts over (about 10 MB at most).
-_MEMO_LIMIT = 1 << 16
+# Entries per uuid memo before it starts over (both memos full: about 7 MB).
+_MEMO_LIMIT = 1 << 14
 _uuid_by_text: dict[str, uuid.UUID] = {}
 _text_by_uuid: dict[uuid.UUID, str] = {}
-
-
-class GUID(TypeDecorator[uuid.UUID]):
-    """A uniqueidentifier: native ``uuid`` on PostgreSQL, canonical text elsewhere."""
-
-    impl = String(36)
-    cache_ok = True
-
-    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
-        if dialect.name == "postgresql":
-            return dialect.type_descriptor(Uuid(as_uuid=True))
-        return dialect.type_descriptor(String(36))
-
-    def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
-        if value is None or dialect.name == "postgresql":
-            return value
-        return _uuid_text(value)
-
-    def process_result_value(self, value: Any, dialect: Dialect) -> uuid.UUID | None:
-        return _text_uuid(value)
-
-    def bind_processor(self, dialect: Dialect) -> Callable[[Any], Any] | None:
-        if dialect.name == "postgresql":
-            return super().bind_processor(dialect)
-        return _uuid_text
-
-    def result_processor(self, dialect: Dialect, coltype: object) -> Callable[[Any], Any] | None:
-        if dialect.name == "postgresql":
-            return super().result_processor(dialect, coltype)
-        return _text_uuid
-
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """A point in time stored as UTC and returned as an aware UTC ``datetime``."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
-        if dialect.name == "postgresql":
-            return dialect.type_descriptor(DateTime(timezone=True))
-        return dialect.type_descriptor(DateTime(timezone=False))
-
-    def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
-        if value is None:
-            return None
-        if dialect.name != "postgresql":
-            return _utc_text(value)
-        return _as_utc(value)
-
-    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if isinstance(value, str):
-            return _text_utc(value)
-        moment: datetime = value
-        if moment.tzinfo is None:
-            return moment.replace(tzinfo=UTC)
-        return moment.astimezone(UTC)
-
-    def bind_processor(self, dialect: Dialect) -> Callable[[Any], Any] | None:
-        if dialect.name == "postgresql":
-            return super().bind_processor(dialect)
-        return _utc_text
-
-    def result_processor(self, dialect: Dialect, coltype: object) -> Callable[[Any], Any] | None:
-        if dialect.name == "postgresql":
-            return super().result_processor(dialect, coltype)
-        return _text_utc
 
 
 def _uuid_text(value: Any) -> str | None:
@@ -148,3 +80,74 @@ def _text_utc(value: str | None) -> datetime | None:
     except ValueError:  # text written by something else (a date, an offset)
         moment = datetime.fromisoformat(value)
         return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+class _DirectOnSQLite(TypeDecorator[T]):
+    """On SQLite, ``to_sqlite`` and ``from_sqlite`` are the whole bind and result
+    processing; PostgreSQL keeps SQLAlchemy's."""
+
+    to_sqlite: Callable[[Any], Any]
+    from_sqlite: Callable[[Any], Any]
+
+    def bind_processor(self, dialect: Dialect) -> Callable[[Any], Any] | None:
+        if dialect.name == "postgresql":
+            return super().bind_processor(dialect)
+        return self.to_sqlite
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> Callable[[Any], Any] | None:
+        if dialect.name == "postgresql":
+            return super().result_processor(dialect, coltype)
+        return self.from_sqlite
+
+
+class GUID(_DirectOnSQLite[uuid.UUID]):
+    """A uniqueidentifier: native ``uuid`` on PostgreSQL, canonical text elsewhere."""
+
+    impl = String(36)
+    cache_ok = True
+    to_sqlite = staticmethod(_uuid_text)
+    from_sqlite = staticmethod(_text_uuid)
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            return dialect.type_descriptor(Uuid(as_uuid=True))
+        return dialect.type_descriptor(String(36))
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
+        if value is None or dialect.name == "postgresql":
+            return value
+        return _uuid_text(value)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> uuid.UUID | None:
+        return _text_uuid(value)
+
+
+class UTCDateTime(_DirectOnSQLite[datetime]):
+    """A point in time stored as UTC and returned as an aware UTC ``datetime``."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+    to_sqlite = staticmethod(_utc_text)
+    from_sqlite = staticmethod(_text_utc)
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            return dialect.type_descriptor(DateTime(timezone=True))
+        return dialect.type_descriptor(DateTime(timezone=False))
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        if dialect.name != "postgresql":
+            return _utc_text(value)
+        return _as_utc(value)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            return _text_utc(value)
+        moment: datetime = value
+        if moment.tzinfo is None:
+            return moment.replace(tzinfo=UTC)
+        return moment.astimezone(UTC)

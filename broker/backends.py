@@ -58,23 +58,13 @@ _TRY_LOCK_GROUP = Prepared(
     select(_groups.c.conversation_group_id)
     .where(_groups.c.conversation_group_id == bindparam("p_group")).with_for_update(skip_locked=True)
 )
-_endpoints = ConversationEndpoint.__table__
-_named = _endpoints.alias("named")
+_named = ConversationEndpoint.__table__.alias("named")
 # The group of one conversation endpoint, locked (a subquery: one round trip).
 _LOCK_GROUP_OF = Prepared(
     select(_groups.c.conversation_group_id)
     .where(_groups.c.conversation_group_id == select(_named.c.conversation_group_id)
            .where(_named.c.conversation_handle == bindparam("p_handle")).scalar_subquery())
     .with_for_update()
-)
-# Both endpoint rows of one conversation, locked initiator first: every transaction
-# takes a conversation's two rows in this order, so two never wait for each other.
-_LOCK_CONVERSATION = Prepared(
-    select(_endpoints.c.conversation_handle)
-    .where(_endpoints.c.conversation_id == select(_named.c.conversation_id)
-           .where(_named.c.conversation_handle == bindparam("p_handle")).scalar_subquery())
-    .order_by(_endpoints.c.is_initiator.desc())
-    .with_for_update(of=_endpoints)
 )
 _NOTIFY = "SELECT pg_notify('" + CHANNEL + "', %s)"
 
@@ -86,6 +76,10 @@ class Backend:
     # Whether every process that uses the database runs on this machine (so a process
     # id in ``sb_activated_tasks`` can be checked with ``os.kill``).
     processes_are_local = True
+    # Whether a transaction's catalog snapshot stays current for its whole life: true
+    # where one transaction writes at a time, false under READ COMMITTED, where another
+    # transaction's change (a queue's rollback count) can commit meanwhile.
+    snapshot_stays_current = True
 
     def configure(self, engine: Engine) -> None:
         """Install the connection and transaction settings on a new engine."""
@@ -138,13 +132,6 @@ class Backend:
         SQLite: the transaction's write lock already covers every group.
         """
         return None
-
-    def lock_conversation(self, conn: Connection, handle: uuid.UUID) -> None:
-        """Lock both endpoint rows of ``handle``'s conversation until the transaction ends,
-        before they are read for a change (their sequence numbers are written back whole).
-
-        SQLite: the transaction's write lock already covers them.
-        """
 
     def next_ready(self, conn: Connection, statements: QueueStatements) -> tuple[Any, ...] | None:
         """(group, conversation) of the next message to serve, its group locked; or None."""
@@ -210,6 +197,7 @@ class Backend:
 class PostgresBackend(Backend):
     name = "postgresql"
     processes_are_local = False
+    snapshot_stays_current = False
 
     def __init__(self) -> None:
         self._listener: _Listener | None = None
@@ -238,9 +226,6 @@ class PostgresBackend(Backend):
     def lock_group_of(self, conn: Connection, handle: uuid.UUID) -> uuid.UUID | None:
         found = _LOCK_GROUP_OF.first(conn, p_handle=handle)
         return None if found is None else found[0]
-
-    def lock_conversation(self, conn: Connection, handle: uuid.UUID) -> None:
-        _LOCK_CONVERSATION.all(conn, p_handle=handle)
 
     def next_ready(self, conn: Connection, statements: QueueStatements) -> tuple[Any, ...] | None:
         """Candidates in priority and age order; lock the first group nobody holds.

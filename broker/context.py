@@ -11,6 +11,7 @@ from sqlalchemy.engine import Connection
 
 from broker.catalog import Catalog, load_catalog
 from broker.models import BrokerDatabase
+from broker.pending import Pending
 
 if TYPE_CHECKING:
     from broker.runtime_state import DatabaseState
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 class TxContext:
     """A connection inside a transaction, the catalog it sees, and what it changed.
 
+    ``kept`` is the connection's write-behind buffer (``broker.pending``).
     ``touched_queues`` collects the queues that received messages so that waiting
     readers are woken once the transaction commits; ``received_queues`` the queues it
     took messages from, for poison-message detection.
@@ -28,6 +30,7 @@ class TxContext:
     conn: Connection
     state: DatabaseState
     catalog: Catalog
+    kept: Pending
     touched_queues: set[int] = field(default_factory=set)
     # Queues this transaction received messages from (poison-message counting).
     received_queues: set[int] = field(default_factory=set)

@@ -86,7 +86,7 @@ def enqueue(
 ) -> None:
     """Insert one message for ``receiver`` into ``queue`` (already checked to accept it)."""
     queue_statements(queue.table_name).insert.defer(
-        ctx.conn, p_status=status, p_priority=receiver.priority,
+        ctx.kept, p_status=status, p_priority=receiver.priority,
         p_conversation_group_id=receiver.conversation_group_id,
         p_conversation_handle=receiver.conversation_handle, p_message_sequence_number=sequence,
         p_service_id=receiver.service_id, p_service_contract_id=receiver.service_contract_id,

@@ -13,7 +13,6 @@ from broker import priorities
 from broker.context import TxContext
 from broker.errors import BrokerError, ConversationNotFoundError
 from broker.models import ConversationEndpoint, ConversationGroup, TransmissionQueueEntry
-from broker.pending import pending
 from broker.queue_tables import queue_table
 from broker.statements import Prepared
 
@@ -63,11 +62,21 @@ class Endpoint(NamedTuple):
     closed_date: datetime | None
 
 
-_BY_HANDLE = Prepared(select(endpoints).where(endpoints.c.conversation_handle == bindparam("p_handle")))
+_named = endpoints.alias("named")
+# Both endpoints of a handle's conversation in one read: the peer, when it is local, is
+# what SEND delivers to next. Endpoint reads need no flush (see ``Prepared``).
+# On PostgreSQL the rows are locked (SQLite compiles FOR UPDATE away: its write lock
+# covers them), initiator first: SEND writes its peer's row back too, so two
+# transactions on one conversation must not overwrite each other's sequence numbers,
+# and taking the two rows in one order keeps a SEND and a reply from deadlocking.
+_CONVERSATION_OF_HANDLE = Prepared(select(endpoints).where(
+    endpoints.c.conversation_id == select(_named.c.conversation_id)
+    .where(_named.c.conversation_handle == bindparam("p_handle")).scalar_subquery()
+).order_by(endpoints.c.is_initiator.desc()).with_for_update(of=endpoints), flush=False)
 _BY_CONVERSATION = Prepared(select(endpoints).where(
     endpoints.c.conversation_id == bindparam("p_conversation"),
     endpoints.c.is_initiator == bindparam("p_initiator"),
-))
+).with_for_update(), flush=False)
 _WRITE_BACK = Prepared(
     update(endpoints).where(endpoints.c.conversation_handle == bindparam("p_handle"))
     .values(send_sequence=bindparam("p_send"), receive_sequence=bindparam("p_receive"),
@@ -102,17 +111,15 @@ def lock_endpoint(ctx: TxContext, handle: object) -> Endpoint:
 
 
 def find_endpoint(ctx: TxContext, handle: uuid.UUID) -> Endpoint | None:
-    """The endpoint of ``handle`` or None; kept (and on PostgreSQL its conversation's rows
-    locked) for the rest of the transaction."""
-    kept = pending(ctx.conn)
+    """The endpoint of ``handle`` or None; kept, with its local peer, for the rest of
+    the transaction."""
+    kept = ctx.kept
     endpoint = kept.endpoints.get(handle)
     if endpoint is None:
-        ctx.state.backend.lock_conversation(ctx.conn, handle)
-        row = _BY_HANDLE.first(ctx.conn, p_handle=handle)
-        if row is None:
-            return None
-        endpoint = kept.keep(Endpoint._make(row))
-    return endpoint  # type: ignore[no-any-return]
+        for row in _CONVERSATION_OF_HANDLE.all(ctx.conn, p_handle=handle):
+            kept.keep_read(Endpoint._make(row))
+        endpoint = kept.endpoints.get(handle)
+    return endpoint
 
 
 def endpoints_where(ctx: TxContext, *conditions: Any) -> list[Endpoint]:
@@ -122,14 +129,13 @@ def endpoints_where(ctx: TxContext, *conditions: Any) -> list[Endpoint]:
 
 def peer_of(ctx: TxContext, endpoint: Endpoint) -> Endpoint | None:
     """The other side's endpoint when it lives in this database."""
-    kept = pending(ctx.conn)
+    kept = ctx.kept
     key = (endpoint.conversation_id, not endpoint.is_initiator)
     handle = kept.by_conversation.get(key)
     if handle is not None and handle in kept.endpoints:
-        return kept.endpoints[handle]  # type: ignore[no-any-return]
-    ctx.state.backend.lock_conversation(ctx.conn, endpoint.conversation_handle)
+        return kept.endpoints[handle]
     row = _BY_CONVERSATION.first(ctx.conn, p_conversation=key[0], p_initiator=key[1])
-    return None if row is None else kept.keep(Endpoint._make(row))
+    return None if row is None else kept.keep_read(Endpoint._make(row))
 
 
 def advance_send(ctx: TxContext, endpoint: Endpoint, state: str) -> Endpoint:
@@ -143,10 +149,8 @@ def advance_receive(ctx: TxContext, endpoint: Endpoint, next_sequence: int, stat
 
 
 def _change(ctx: TxContext, endpoint: Endpoint) -> Endpoint:
-    kept = pending(ctx.conn)
-    kept.keep(endpoint)
-    kept.dirty[endpoint.conversation_handle] = endpoint
-    return endpoint
+    ctx.kept.dirty[endpoint.conversation_handle] = endpoint
+    return ctx.kept.keep(endpoint)
 
 
 def write_back(conn: Connection, changed: list[Endpoint]) -> None:

@@ -1,39 +1,59 @@
 """Poison-message detection: five rollbacks in a row of transactions that received from a
 queue turn the queue OFF (spec 10), unless POISON_MESSAGE_HANDLING (STATUS = OFF).
 
-The count lives in ``sb_queues.rollback_count`` (part of the catalog snapshot, so a
-committed RECEIVE knows without a query whether it has a count to reset). Counting a
-rollback needs a transaction of its own, run right after the rolled-back one.
+The count lives in ``sb_queues.rollback_count``. It is part of the catalog snapshot, so
+on SQLite a committed RECEIVE knows without a query whether it has a count to reset;
+where the snapshot can lag behind other transactions (PostgreSQL), every RECEIVE resets
+it with a conditional UPDATE. Counting a rollback needs a transaction of its own, run
+right after the rolled-back one.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import update
+from typing import cast
+
+from sqlalchemy import Table, update
 
 from broker.context import TxContext
 from broker.models import ServiceQueue
+
+_queues = cast(Table, ServiceQueue.__table__)
 
 ROLLBACKS_TO_DISABLE = 5
 
 
 def count_rollback(ctx: TxContext, queue_ids: set[int]) -> list[str]:
-    """Count one rolled-back RECEIVE transaction on each queue; the names it disabled."""
+    """Count one rolled-back RECEIVE transaction on each queue; the names it disabled.
+
+    The count is incremented in the database, not from the catalog snapshot, so two
+    transactions counting at once (PostgreSQL) both count.
+    """
     disabled: list[str] = []
     for queue_id in sorted(queue_ids):
         queue = ctx.catalog.queues.get(queue_id)
         if queue is None:
             continue  # dropped meanwhile
-        count = queue.rollback_count + 1
-        values: dict[str, object] = {"rollback_count": count}
-        if count >= ROLLBACKS_TO_DISABLE and queue.poison_message_handling and queue.receive_enabled:
-            values.update(is_receive_enabled=False, is_enqueue_enabled=False, modify_date=ctx.now())
+        count, handling, enabled = ctx.conn.execute(
+            update(_queues).where(_queues.c.object_id == queue_id)
+            .values(rollback_count=_queues.c.rollback_count + 1)
+            .returning(_queues.c.rollback_count, _queues.c.is_poison_message_handling_enabled,
+                       _queues.c.is_receive_enabled)
+        ).one()
+        if count >= ROLLBACKS_TO_DISABLE and handling and enabled:
+            ctx.conn.execute(update(_queues).where(_queues.c.object_id == queue_id).values(
+                is_receive_enabled=False, is_enqueue_enabled=False, modify_date=ctx.now()))
             disabled.append(queue.name)
-        ctx.conn.execute(update(ServiceQueue).where(ServiceQueue.object_id == queue_id).values(**values))
     ctx.catalog_changed()
     return disabled
 
 
 def reset_count(ctx: TxContext, queue_id: int) -> None:
-    """A RECEIVE took messages: the count starts again at 0 if this transaction commits."""
-    ctx.conn.execute(update(ServiceQueue).where(ServiceQueue.object_id == queue_id).values(rollback_count=0))
-    ctx.catalog_changed()
+    """A RECEIVE took messages: the count starts again at 0 if this transaction commits.
+
+    Called when the snapshot shows a count, and on every RECEIVE where the snapshot may
+    lag (PostgreSQL); the catalog version moves only when a count was really reset.
+    """
+    reset = ctx.conn.execute(update(_queues).where(_queues.c.object_id == queue_id, _queues.c.rollback_count != 0)
+                             .values(rollback_count=0))
+    if reset.rowcount:
+        ctx.catalog_changed()

@@ -75,7 +75,7 @@ def receive(
         return []
     _consume(ctx, statements, queue, [r.queuing_order for r in rows])
     ctx.received_queues.add(queue.id)
-    if queue.rollback_count:
+    if queue.rollback_count or not ctx.state.backend.snapshot_stays_current:
         poison.reset_count(ctx, queue.id)  # undone with this transaction if it rolls back
     return [message_from_row(ctx, r, RECEIVE_OUTPUT_STATUS) for r in rows]
 
@@ -170,14 +170,11 @@ def message_from_row(ctx: TxContext, row: QueueRow | Row[Any], status: int) -> M
     service = catalog.services.get(row.service_id)
     contract = catalog.contracts.get(row.service_contract_id)
     message_type = catalog.message_types.get(row.message_type_id)
+    # Positional, in Message's field order: this runs once per received message.
     return Message(
-        status=status, priority=row.priority, queuing_order=row.queuing_order,
-        conversation_group_id=row.conversation_group_id, conversation_handle=row.conversation_handle,
-        message_sequence_number=row.message_sequence_number,
-        service_name=service.name if service else "", service_id=row.service_id,
-        service_contract_name=contract.name if contract else "", service_contract_id=row.service_contract_id,
-        message_type_name=message_type.name if message_type else "", message_type_id=row.message_type_id,
-        validation=row.validation, message_body=row.message_body,
-        message_enqueue_time=row.message_enqueue_time,
+        status, row.priority, row.queuing_order, row.conversation_group_id, row.conversation_handle,
+        row.message_sequence_number, service.name if service else "", row.service_id,
+        contract.name if contract else "", row.service_contract_id,
+        message_type.name if message_type else "", row.message_type_id, row.validation, row.message_body,
+        row.message_enqueue_time,
     )
-

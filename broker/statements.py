@@ -13,7 +13,7 @@ make sure it has (``TxContext`` begins it before anything else runs).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy.engine import Connection, Dialect
@@ -21,7 +21,7 @@ from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import Executable
 
-from broker.pending import flush, pending
+from broker.pending import INFO_KEY, Pending, flush
 
 Processor = Callable[[Any], Any] | None
 
@@ -62,46 +62,49 @@ class _Compiled:
             (index, process) for index, process in enumerate(processors) if process is not None
         ]
 
+    # Processors take None like any value (SQLAlchemy calls them so too).
     def parameters(self, values: Mapping[str, Any]) -> Sequence[Any] | dict[str, Any]:
         if self.order is not None:
             if self.defaults:
                 values = {**self.defaults, **values}
             out = [values[name] for name in self.order]
             for index, process in self._positional:
-                value = out[index]
-                if value is not None:
-                    out[index] = process(value)
+                out[index] = process(out[index])
             return out
         merged = {**self.defaults, **values}
         for name, value in merged.items():
             bind_process = self.binds.get(name)
-            if bind_process is not None and value is not None:
+            if bind_process is not None:
                 merged[name] = bind_process(value)
         return merged
 
-    def rows(self, raw: Iterable[Sequence[Any]]) -> list[tuple[Any, ...]]:
+    def rows(self, raw: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         processors = self.results
         if not processors:
-            return [tuple(row) for row in raw]
+            return raw
         out = []
         for row in raw:
             values = list(row)
             for index, process in processors:
-                value = values[index]
-                if value is not None:
-                    values[index] = process(value)
+                values[index] = process(values[index])
             out.append(tuple(values))
         return out
 
 
 class Prepared:
-    """One statement, compiled on first use for each dialect."""
+    """One statement, compiled on first use for each dialect.
 
-    __slots__ = ("_statement", "_by_dialect")
+    ``flush=False`` is for reads that the held-back writes cannot change: endpoint
+    reads, since every endpoint with a held-back change is kept in ``Pending`` and
+    served from there (see ``broker.endpoints``). Everything else flushes first.
+    """
 
-    def __init__(self, statement: Executable) -> None:
+    __slots__ = ("_statement", "_by_dialect", "_flush")
+
+    def __init__(self, statement: Executable, *, flush: bool = True) -> None:
         self._statement = statement
         self._by_dialect: dict[str, _Compiled] = {}
+        self._flush = flush
 
     def _compiled(self, dialect: Dialect) -> _Compiled:
         compiled = self._by_dialect.get(dialect.name)
@@ -112,9 +115,8 @@ class Prepared:
 
     def all(self, conn: Connection, **values: Any) -> list[tuple[Any, ...]]:
         """Execute and return every row, type-processed."""
-        flush(conn)
         compiled = self._compiled(conn.dialect)
-        cursor = _cursor(conn)
+        cursor = _cursor(conn, flush_first=self._flush)
         cursor.execute(compiled.sql, compiled.parameters(values))
         return compiled.rows(cursor.fetchall())
 
@@ -128,32 +130,39 @@ class Prepared:
 
     def run(self, conn: Connection, **values: Any) -> int:
         """Execute a statement that returns no rows; the number of rows it changed."""
-        flush(conn)
         compiled = self._compiled(conn.dialect)
-        cursor = _cursor(conn)
+        cursor = _cursor(conn, flush_first=True)
         cursor.execute(compiled.sql, compiled.parameters(values))
         return int(cursor.rowcount)
 
     def run_many(self, conn: Connection, values: Sequence[Mapping[str, Any]]) -> None:
         """Execute once per parameter set (the driver's executemany)."""
-        flush(conn)
-        self.execute_many(conn, values)
+        self.execute_many(conn, values, flush_first=True)
 
-    def defer(self, conn: Connection, **values: Any) -> None:
-        """Run later in this transaction, batched with its like (see ``broker.pending``)."""
-        pending(conn).inserts.setdefault(self, []).append(values)
+    def defer(self, kept: Pending, **values: Any) -> None:
+        """Run later in the transaction of ``kept``, batched with its like (see ``broker.pending``)."""
+        rows = kept.inserts.get(self)
+        if rows is None:
+            kept.inserts[self] = [values]
+        else:
+            rows.append(values)
 
-    def execute_many(self, conn: Connection, values: Sequence[Mapping[str, Any]]) -> None:
-        """executemany without flushing first (the flush itself uses it)."""
+    def execute_many(self, conn: Connection, values: Sequence[Mapping[str, Any]], *, flush_first: bool = False) -> None:
+        """executemany, by default without flushing first (the flush itself uses it)."""
         if not values:
             return
         compiled = self._compiled(conn.dialect)
-        _cursor(conn).executemany(compiled.sql, [compiled.parameters(v) for v in values])
+        _cursor(conn, flush_first).executemany(compiled.sql, [compiled.parameters(v) for v in values])
 
 
-def _cursor(conn: Connection) -> Any:
-    """A cursor of the connection's DBAPI connection, kept on the connection's info."""
-    info = conn.info
+def _cursor(conn: Connection, flush_first: bool = False) -> Any:
+    """A cursor of the connection's DBAPI connection, kept on the connection's info,
+    after writing what ``broker.pending`` holds back if ``flush_first``."""
+    info = conn.info  # one lookup: it goes through three SQLAlchemy properties
+    if flush_first:
+        buffer: Pending | None = info.get(INFO_KEY)
+        if buffer is not None and buffer.holds_writes():
+            flush(conn)
     cursor = info.get("broker_cursor")
     if cursor is None:
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]

@@ -181,12 +181,13 @@ class Transaction:
     def _context(self) -> TxContext:
         if self._ctx is None:
             conn = self._connection()
+            kept = pending.pending(conn)
             if not conn.in_transaction():
                 # Begin through SQLAlchemy (BEGIN IMMEDIATE on SQLite) before any
                 # prepared statement runs on the driver's cursor.
                 conn.begin()
-                pending.discard(conn)
-            self._ctx = TxContext(conn, self._state, self._state.catalog_for(conn))
+                kept.clear()
+            self._ctx = TxContext(conn, self._state, self._state.catalog_for(conn), kept)
         return self._ctx
 
     def _connection(self) -> Connection:

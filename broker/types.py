@@ -4,24 +4,109 @@ SQLite has no uuid or timezone-aware timestamp type: identifiers are stored ther
 the canonical 36-character text (readable from the plain ``sqlite3`` shell) and
 timestamps as naive UTC. Both come back to Python as ``uuid.UUID`` and aware UTC
 ``datetime``.
+
+On SQLite the conversions run for every uuid and time column of every hot-path row, so
+they have their own processors: the same text SQLAlchemy would write, produced and
+parsed without its generic layers, and uuids memoized (a conversation's handle and
+group come back on every message).
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import DateTime, String, Uuid
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
+K = TypeVar("K")
+V = TypeVar("V")
+T = TypeVar("T")
 
-class GUID(TypeDecorator[uuid.UUID]):
+# SQLAlchemy's SQLite DATETIME storage format, so stored text and SQL comparisons on it
+# are unchanged.
+_SQLITE_TIME_FORMAT = "%04d-%02d-%02d %02d:%02d:%02d.%06d"
+# Entries per uuid memo before it starts over (both memos full: about 7 MB).
+_MEMO_LIMIT = 1 << 14
+_uuid_by_text: dict[str, uuid.UUID] = {}
+_text_by_uuid: dict[uuid.UUID, str] = {}
+
+
+def _uuid_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, uuid.UUID):
+        value = uuid.UUID(str(value))
+    text = _text_by_uuid.get(value)
+    return _remember(_text_by_uuid, value, str(value)) if text is None else text
+
+
+def _text_uuid(value: Any) -> uuid.UUID | None:
+    if value is None or isinstance(value, uuid.UUID):
+        return value
+    found = _uuid_by_text.get(value)
+    return _remember(_uuid_by_text, value, uuid.UUID(value)) if found is None else found
+
+
+def _remember(memo: dict[K, V], key: K, value: V) -> V:
+    if len(memo) >= _MEMO_LIMIT:
+        memo.clear()
+    memo[key] = value
+    return value
+
+
+def _as_utc(value: datetime) -> datetime:
+    """Naive values are taken to be UTC already."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value if value.tzinfo is UTC else value.astimezone(UTC)
+
+
+def _utc_text(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    v = _as_utc(value)
+    return _SQLITE_TIME_FORMAT % (v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond)
+
+
+def _text_utc(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        return datetime.fromisoformat(value + "+00:00")  # stored as naive UTC
+    except ValueError:  # text written by something else (a date, an offset)
+        moment = datetime.fromisoformat(value)
+        return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+class _DirectOnSQLite(TypeDecorator[T]):
+    """On SQLite, ``to_sqlite`` and ``from_sqlite`` are the whole bind and result
+    processing; PostgreSQL keeps SQLAlchemy's."""
+
+    to_sqlite: Callable[[Any], Any]
+    from_sqlite: Callable[[Any], Any]
+
+    def bind_processor(self, dialect: Dialect) -> Callable[[Any], Any] | None:
+        if dialect.name == "postgresql":
+            return super().bind_processor(dialect)
+        return self.to_sqlite
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> Callable[[Any], Any] | None:
+        if dialect.name == "postgresql":
+            return super().result_processor(dialect, coltype)
+        return self.from_sqlite
+
+
+class GUID(_DirectOnSQLite[uuid.UUID]):
     """A uniqueidentifier: native ``uuid`` on PostgreSQL, canonical text elsewhere."""
 
     impl = String(36)
     cache_ok = True
+    to_sqlite = staticmethod(_uuid_text)
+    from_sqlite = staticmethod(_text_uuid)
 
     def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
         if dialect.name == "postgresql":
@@ -31,19 +116,19 @@ class GUID(TypeDecorator[uuid.UUID]):
     def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
         if value is None or dialect.name == "postgresql":
             return value
-        return str(value if isinstance(value, uuid.UUID) else uuid.UUID(str(value)))
+        return _uuid_text(value)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> uuid.UUID | None:
-        if value is None or isinstance(value, uuid.UUID):
-            return value
-        return uuid.UUID(value)
+        return _text_uuid(value)
 
 
-class UTCDateTime(TypeDecorator[datetime]):
+class UTCDateTime(_DirectOnSQLite[datetime]):
     """A point in time stored as UTC and returned as an aware UTC ``datetime``."""
 
     impl = DateTime(timezone=True)
     cache_ok = True
+    to_sqlite = staticmethod(_utc_text)
+    from_sqlite = staticmethod(_text_utc)
 
     def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
         if dialect.name == "postgresql":
@@ -53,14 +138,15 @@ class UTCDateTime(TypeDecorator[datetime]):
     def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
         if value is None:
             return None
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=UTC)
-        value = value.astimezone(UTC)
-        return value if dialect.name == "postgresql" else value.replace(tzinfo=None)
+        if dialect.name != "postgresql":
+            return _utc_text(value)
+        return _as_utc(value)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
+        if isinstance(value, str):
+            return _text_utc(value)
         moment: datetime = value
         if moment.tzinfo is None:
             return moment.replace(tzinfo=UTC)

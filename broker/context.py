@@ -60,5 +60,7 @@ class TxContext:
         Under READ COMMITTED (PostgreSQL) another transaction's DDL can commit while this
         one runs; a WAITFOR loop must look at the queue as it is now, not as it began.
         """
-        if not self.changed_catalog:
+        # Where one transaction writes at a time (SQLite) no DDL can have committed since
+        # this transaction began: the snapshot is current and the query is saved.
+        if not self.changed_catalog and not self.state.backend.snapshot_stays_current:
             self.catalog = self.state.catalog_for(self.conn)

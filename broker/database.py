@@ -41,7 +41,7 @@ _COLUMN_NAME = re.compile(r"^[a-z_]+$")
 _GUID_COLUMNS = ("service_broker_guid", "conversation_handle", "conversation_id", "conversation_group_id")
 _TIME_COLUMNS = ("create_date", "modify_date", "lifetime", "dialog_timer", "security_timestamp", "enqueue_time",
                  "last_empty_rowset_time", "last_activated_time")
-_VIEW_TYPES: dict[str, Any] = {
+VIEW_COLUMN_TYPES: dict[str, Any] = {
     **{column: GUID() for column in _GUID_COLUMNS},
     **{column: UTCDateTime() for column in _TIME_COLUMNS},
 }
@@ -220,9 +220,9 @@ class Broker:
             if _COLUMN_NAME.match(column) is None:
                 raise BrokerError(207, f"Invalid column name '{column}'.")
             conditions.append(f'"{column}" = :where_{number}')
-            binds.append(bindparam(f"where_{number}", value, type_=_VIEW_TYPES.get(column)))
+            binds.append(bindparam(f"where_{number}", value, type_=VIEW_COLUMN_TYPES.get(column)))
         sql = f"SELECT * FROM {quoted}" + (f" WHERE {' AND '.join(conditions)}" if conditions else "")
-        query = text(sql).bindparams(*binds).columns(**_VIEW_TYPES)
+        query = text(sql).bindparams(*binds).columns(**VIEW_COLUMN_TYPES)
         return self._read(lambda ctx: [dict(r._mapping) for r in ctx.conn.execute(query)])
 
     def queue_counts(self, queue: str) -> dict[int, int]:

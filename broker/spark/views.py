@@ -16,7 +16,7 @@ from sqlalchemy import Boolean, DateTime, Integer, LargeBinary, Uuid
 from sqlalchemy.types import NullType
 
 import broker
-from broker.database import _VIEW_TYPES, CATALOG_VIEWS
+from broker.database import CATALOG_VIEWS, VIEW_COLUMN_TYPES
 from broker.errors import BrokerError
 from broker.spark.columns import Columns, arrow_schema, record_batch
 from broker.spark.dialects import dialect_for
@@ -41,7 +41,7 @@ def view_columns(url: str, name: str) -> Columns:
 
 
 def _spark_type(name: str, reflected: Any) -> str:
-    known = _VIEW_TYPES.get(name)
+    known = VIEW_COLUMN_TYPES.get(name)
     if isinstance(known, GUID) or isinstance(reflected, Uuid):
         return "STRING"
     if isinstance(known, UTCDateTime) or isinstance(reflected, DateTime):

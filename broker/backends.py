@@ -101,6 +101,14 @@ class Backend:
             # Straight to the driver: this runs once per transaction on the hot path.
             conn.connection.dbapi_connection.execute("BEGIN IMMEDIATE")
 
+    def data_version(self, conn: Connection) -> int | None:
+        """A number that changes whenever another connection commits to the database, read
+        inside ``conn``'s transaction; None where there is no such number.
+
+        SQLite: ``PRAGMA data_version``, which a connection's own commits leave alone.
+        """
+        return int(conn.connection.dbapi_connection.execute("PRAGMA data_version").fetchone()[0])  # type: ignore[union-attr]
+
     def database_key(self, engine: Engine) -> str:
         """One key per database, shared by every engine of this process that opens it."""
         return str(Path(engine.url.database or "").resolve())
@@ -198,6 +206,9 @@ class PostgresBackend(Backend):
     name = "postgresql"
     processes_are_local = False
     snapshot_stays_current = False
+
+    def data_version(self, conn: Connection) -> int | None:
+        return None  # every transaction reads afresh (and takes its row locks)
 
     def __init__(self) -> None:
         self._listener: _Listener | None = None

@@ -12,14 +12,21 @@ Both are flushed before *any* other statement runs on the connection — the bro
 before the commit. After a statement the broker does not control, the kept rows are
 dropped, since it may have changed them. Rollback discards everything.
 
-The buffer is made once per DBAPI connection and emptied when a transaction begins or
-ends, so a transaction can hold on to it (``TxContext.kept``) instead of looking it up
-through the connection for every message.
+The buffer is made once per DBAPI connection, so a transaction can hold on to it
+(``TxContext.kept``) instead of looking it up through the connection for every message.
+
+What it knows can outlive a commit. Where the backend can tell that no other connection
+has committed since (SQLite's ``PRAGMA data_version``), the next transaction on the same
+connection starts from the kept endpoint rows, the catalog version and the moment the
+next timer or lifetime falls due, instead of reading them again: nothing can have
+changed them. A rollback, a statement the broker does not control, or a commit by any
+other connection drops all of it.
 """
 
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, event
@@ -34,7 +41,8 @@ INFO_KEY = "broker_pending"  # where the buffer lives in ``Connection.info``
 class Pending:
     """One connection's held-back writes and kept endpoint rows (one transaction)."""
 
-    __slots__ = ("inserts", "endpoints", "by_conversation", "dirty")
+    __slots__ = ("inserts", "endpoints", "by_conversation", "dirty", "data_version", "catalog_version",
+                 "next_due", "_began_at")
 
     def __init__(self) -> None:
         # statement (a ``Prepared``) -> parameter sets, in arrival order
@@ -42,6 +50,13 @@ class Pending:
         self.endpoints: dict[uuid.UUID, Endpoint] = {}  # by handle
         self.by_conversation: dict[tuple[uuid.UUID, bool], uuid.UUID] = {}
         self.dirty: dict[uuid.UUID, Endpoint] = {}  # by handle: to write back
+        # The backend's change counter when what is kept was last known current (None:
+        # unknown), the catalog version committed as of then, and the earliest moment a
+        # dialog timer or lifetime can fall due (None: unknown).
+        self.data_version: int | None = None
+        self.catalog_version: int | None = None
+        self.next_due: datetime | None = None
+        self._began_at: int | None = None
 
     def keep(self, endpoint: Endpoint) -> Endpoint:
         self.endpoints[endpoint.conversation_handle] = endpoint
@@ -54,8 +69,27 @@ class Pending:
         return self.keep(endpoint) if known is None else known
 
     def forget(self) -> None:
+        """Drop every row and fact kept: something may have changed them."""
         self.endpoints.clear()
         self.by_conversation.clear()
+        self.data_version = self.catalog_version = self.next_due = None
+
+    def begin(self, data_version: int | None) -> None:
+        """A transaction begins: keep what is known only if ``data_version`` says no
+        other connection has committed since it was learnt (None: cannot tell)."""
+        self.inserts = {}
+        self.dirty.clear()
+        if data_version is None or data_version != self.data_version:
+            self.forget()
+        # Current again only once this transaction has committed (``committed``).
+        self.data_version = None
+        self._began_at = data_version
+
+    def committed(self, catalog_version: int) -> None:
+        """This connection's transaction committed, on catalog ``catalog_version``:
+        what is kept now is what the database holds."""
+        self.data_version = self._began_at
+        self.catalog_version = catalog_version
 
     def holds_writes(self) -> bool:
         return bool(self.inserts or self.dirty)
@@ -114,8 +148,7 @@ def _before_statement(conn: Connection, *_args: Any) -> None:
 
 
 def _before_commit(conn: Connection) -> None:
-    flush(conn)
-    discard(conn)
+    flush(conn)  # what is kept stays: the next ``Pending.begin`` decides whether it is current
 
 
 def _on_rollback(conn: Connection) -> None:

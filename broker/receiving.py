@@ -91,7 +91,19 @@ def get_conversation_group(ctx: TxContext, queue_name: str) -> uuid.UUID | None:
 
 
 def fire_due_work(ctx: TxContext, queue: QueueInfo) -> None:
-    """Fire the queue's expired timers and lifetimes (the runtime does it on time)."""
+    """Fire the queue's expired timers and lifetimes (the runtime does it on time).
+
+    One look at the earliest deadline in the database usually shows nothing is due; the
+    connection keeps that moment while nothing can have moved it (``broker.pending``).
+    """
+    kept = ctx.kept
+    now = ctx.now()
+    if kept.next_due is not None and now < kept.next_due:
+        return
+    earliest = scheduler.earliest_due(ctx)
+    if now < earliest:
+        kept.next_due = earliest
+        return
     scheduler.fire_due_timers(ctx, queue.id)
     scheduler.expire_lifetimes(ctx, queue.id)
 

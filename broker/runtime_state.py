@@ -72,9 +72,10 @@ class DatabaseState:
         for conn in kept:
             conn.close()
 
-    def catalog_for(self, conn: Connection) -> Catalog:
-        """The snapshot valid for ``conn``'s transaction (one version read; reload if stale)."""
-        version = catalog_version(conn)
+    def catalog_for(self, conn: Connection, known_version: int | None = None) -> Catalog:
+        """The snapshot valid for ``conn``'s transaction: one version read, or none when
+        the caller knows the committed version; reloaded if stale."""
+        version = catalog_version(conn) if known_version is None else known_version
         with self._lock:
             cached = self._catalog
         if cached is not None and cached.version == version:

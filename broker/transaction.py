@@ -186,8 +186,10 @@ class Transaction:
                 # Begin through SQLAlchemy (BEGIN IMMEDIATE on SQLite) before any
                 # prepared statement runs on the driver's cursor.
                 conn.begin()
-                kept.clear()
-            self._ctx = TxContext(conn, self._state, self._state.catalog_for(conn), kept)
+                # Only a connection of the broker's own is known to run nothing else
+                # between its transactions: what it kept from the last one may be reused.
+                kept.begin(self._state.backend.data_version(conn) if conn is self._owned else None)
+            self._ctx = TxContext(conn, self._state, self._state.catalog_for(conn, kept.catalog_version), kept)
         return self._ctx
 
     def _connection(self) -> Connection:
@@ -209,9 +211,12 @@ class Transaction:
         if self._doomed:
             self.rollback()
             raise BrokerError(3930, "The transaction was doomed by an earlier failure and has been rolled back.")
-        touched = self._ctx.touched_queues if self._ctx is not None else set()
+        ctx = self._ctx
+        touched = ctx.touched_queues if ctx is not None else set()
         if self._owned is not None:
             self._owned.commit()
+            if ctx is not None:
+                ctx.kept.committed(ctx.catalog.version)
         self._ctx = None
         self._state.notifier.notify(touched)
 

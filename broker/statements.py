@@ -14,7 +14,7 @@ make sure it has (``TxContext`` begins it before anything else runs).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.sql import ClauseElement
@@ -27,7 +27,7 @@ Processor = Callable[[Any], Any] | None
 
 
 class _Compiled:
-    __slots__ = ("sql", "order", "binds", "defaults", "results", "_positional")
+    __slots__ = ("sql", "order", "binds", "defaults", "parameters", "results")
 
     def __init__(self, statement: ClauseElement, dialect: Dialect) -> None:
         compiled = statement.compile(dialect=dialect)
@@ -47,48 +47,63 @@ class _Compiled:
         self.defaults: dict[str, Any] = {
             name: bind.effective_value for name, bind in named.items() if not bind.required
         }
-        # For positional styles: which positions need a processor.
-        self._positional: list[tuple[int, Callable[[Any], Any]]] = [
-            (index, process) for index, name in enumerate(self.order or ())
-            if (process := self.binds[name]) is not None
-        ]
+        self.parameters: Callable[[Mapping[str, Any]], Sequence[Any] | dict[str, Any]] = _parameter_builder(
+            self.order, self.binds, self.defaults)
         columns = getattr(statement, "selected_columns", None)
         if columns is None:
             returning = getattr(statement, "_returning", ())
             columns = returning
         processors = [column.type.dialect_impl(dialect).result_processor(dialect, None) for column in columns]
-        # Only the columns that need converting (uuid and time columns on SQLite).
-        self.results: list[tuple[int, Callable[[Any], Any]]] = [
-            (index, process) for index, process in enumerate(processors) if process is not None
-        ]
-
-    # Processors take None like any value (SQLAlchemy calls them so too).
-    def parameters(self, values: Mapping[str, Any]) -> Sequence[Any] | dict[str, Any]:
-        if self.order is not None:
-            if self.defaults:
-                values = {**self.defaults, **values}
-            out = [values[name] for name in self.order]
-            for index, process in self._positional:
-                out[index] = process(out[index])
-            return out
-        merged = {**self.defaults, **values}
-        for name, value in merged.items():
-            bind_process = self.binds.get(name)
-            if bind_process is not None:
-                merged[name] = bind_process(value)
-        return merged
+        # None when no column needs converting (on SQLite the uuid and time columns do).
+        self.results = _row_converter(processors)
 
     def rows(self, raw: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-        processors = self.results
-        if not processors:
-            return raw
-        out = []
-        for row in raw:
-            values = list(row)
-            for index, process in processors:
-                values[index] = process(values[index])
-            out.append(tuple(values))
-        return out
+        convert = self.results
+        return raw if convert is None else [convert(row) for row in raw]
+
+
+def _parameter_builder(
+    order: tuple[str, ...] | None, binds: dict[str, Processor], defaults: dict[str, Any]
+) -> Callable[[Mapping[str, Any]], Sequence[Any] | dict[str, Any]]:
+    """A function from the caller's values to the driver's parameters: a list in
+    ``order`` for positional paramstyles (SQLite's qmark), else a dict (psycopg).
+
+    Generated once per statement, as ``collections.namedtuple`` does: it runs for every
+    row SEND writes, where a loop over names and processors would cost more than the
+    INSERT itself. Processors take None like any value (SQLAlchemy calls them so too).
+    """
+    names = order if order is not None else tuple(binds)
+    namespace: dict[str, Any] = {}
+    items = []
+    for index, name in enumerate(names):
+        if name in defaults:
+            namespace[f"d{index}"] = defaults[name]
+            value = f"v.get({name!r}, d{index})"
+        else:
+            value = f"v[{name!r}]"
+        if binds.get(name) is not None:
+            namespace[f"p{index}"] = binds[name]
+            value = f"p{index}({value})"
+        items.append(value if order is not None else f"{name!r}: {value}")
+    body = f"[{', '.join(items)}]" if order is not None else f"{{{', '.join(items)}}}"
+    exec(f"def build(v):\n    return {body}\n", namespace)  # noqa: S102 - names are SQLAlchemy's bind names
+    return cast(Callable[[Mapping[str, Any]], Sequence[Any] | dict[str, Any]], namespace["build"])
+
+
+def _row_converter(processors: list[Processor]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]] | None:
+    """A function applying the result processors to one row (generated, see above)."""
+    if all(process is None for process in processors):
+        return None
+    namespace: dict[str, Any] = {}
+    items = []
+    for index, process in enumerate(processors):
+        if process is None:
+            items.append(f"r[{index}]")
+        else:
+            namespace[f"p{index}"] = process
+            items.append(f"p{index}(r[{index}])")
+    exec(f"def convert(r):\n    return ({', '.join(items)},)\n", namespace)  # noqa: S102 - column positions only
+    return cast(Callable[[tuple[Any, ...]], tuple[Any, ...]], namespace["convert"])
 
 
 class Prepared:

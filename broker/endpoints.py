@@ -114,11 +114,11 @@ def find_endpoint(ctx: TxContext, handle: uuid.UUID) -> Endpoint | None:
     """The endpoint of ``handle`` or None; kept, with its local peer, for the rest of
     the transaction."""
     kept = ctx.kept
-    endpoint = kept.endpoints.get(handle)
+    endpoint = kept.endpoints.get(handle.int)
     if endpoint is None:
         for row in _CONVERSATION_OF_HANDLE.all(ctx.conn, p_handle=handle):
             kept.keep_read(Endpoint._make(row))
-        endpoint = kept.endpoints.get(handle)
+        endpoint = kept.endpoints.get(handle.int)
     return endpoint
 
 
@@ -130,27 +130,34 @@ def endpoints_where(ctx: TxContext, *conditions: Any) -> list[Endpoint]:
 def peer_of(ctx: TxContext, endpoint: Endpoint) -> Endpoint | None:
     """The other side's endpoint when it lives in this database."""
     kept = ctx.kept
-    key = (endpoint.conversation_id, not endpoint.is_initiator)
-    handle = kept.by_conversation.get(key)
-    if handle is not None and handle in kept.endpoints:
-        return kept.endpoints[handle]
-    row = _BY_CONVERSATION.first(ctx.conn, p_conversation=key[0], p_initiator=key[1])
+    peer = kept.by_conversation.get((endpoint.conversation_id.int, not endpoint.is_initiator))
+    if peer is not None:
+        return peer
+    row = _BY_CONVERSATION.first(ctx.conn, p_conversation=endpoint.conversation_id,
+                                 p_initiator=not endpoint.is_initiator)
     return None if row is None else kept.keep_read(Endpoint._make(row))
+
+
+_STATE, _SEND_SEQUENCE, _RECEIVE_SEQUENCE = (
+    Endpoint._fields.index(name) for name in ("state", "send_sequence", "receive_sequence"))
 
 
 def advance_send(ctx: TxContext, endpoint: Endpoint, state: str) -> Endpoint:
     """Count one more sequenced message sent and set the state (written back later)."""
-    return _change(ctx, endpoint._replace(send_sequence=endpoint.send_sequence + 1, state=state))
+    return ctx.kept.change(_replaced(endpoint, state, _SEND_SEQUENCE, endpoint.send_sequence + 1))
 
 
 def advance_receive(ctx: TxContext, endpoint: Endpoint, next_sequence: int, state: str) -> Endpoint:
     """Record the next sequence number expected and set the state (written back later)."""
-    return _change(ctx, endpoint._replace(receive_sequence=next_sequence, state=state))
+    return ctx.kept.change(_replaced(endpoint, state, _RECEIVE_SEQUENCE, next_sequence))
 
 
-def _change(ctx: TxContext, endpoint: Endpoint) -> Endpoint:
-    ctx.kept.dirty[endpoint.conversation_handle] = endpoint
-    return ctx.kept.keep(endpoint)
+def _replaced(endpoint: Endpoint, state: str, index: int, sequence: int) -> Endpoint:
+    # ``NamedTuple._replace`` by keyword costs several times this, once per message.
+    values = list(endpoint)
+    values[_STATE] = state
+    values[index] = sequence
+    return Endpoint._make(values)
 
 
 def write_back(conn: Connection, changed: list[Endpoint]) -> None:

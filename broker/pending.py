@@ -25,7 +25,6 @@ other connection drops all of it.
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -47,9 +46,11 @@ class Pending:
     def __init__(self) -> None:
         # statement (a ``Prepared``) -> parameter sets, in arrival order
         self.inserts: dict[Any, list[dict[str, Any]]] = {}
-        self.endpoints: dict[uuid.UUID, Endpoint] = {}  # by handle
-        self.by_conversation: dict[tuple[uuid.UUID, bool], uuid.UUID] = {}
-        self.dirty: dict[uuid.UUID, Endpoint] = {}  # by handle: to write back
+        # Keyed by ``UUID.int``: hashing a UUID object runs Python code, and these
+        # dictionaries are looked up several times per message sent.
+        self.endpoints: dict[int, Endpoint] = {}  # by handle
+        self.by_conversation: dict[tuple[int, bool], Endpoint] = {}  # by (conversation id, is_initiator)
+        self.dirty: dict[int, Endpoint] = {}  # by handle: to write back
         # The backend's change counter when what is kept was last known current (None:
         # unknown), the catalog version committed as of then, and the earliest moment a
         # dialog timer or lifetime can fall due (None: unknown).
@@ -59,13 +60,20 @@ class Pending:
         self._began_at: int | None = None
 
     def keep(self, endpoint: Endpoint) -> Endpoint:
-        self.endpoints[endpoint.conversation_handle] = endpoint
-        self.by_conversation[(endpoint.conversation_id, endpoint.is_initiator)] = endpoint.conversation_handle
+        self.endpoints[endpoint.conversation_handle.int] = endpoint
+        self.by_conversation[(endpoint.conversation_id.int, endpoint.is_initiator)] = endpoint
+        return endpoint
+
+    def change(self, endpoint: Endpoint) -> Endpoint:
+        """Keep a new version of a kept endpoint, to be written back."""
+        handle = endpoint.conversation_handle.int
+        self.endpoints[handle] = self.dirty[handle] = endpoint
+        self.by_conversation[(endpoint.conversation_id.int, endpoint.is_initiator)] = endpoint
         return endpoint
 
     def keep_read(self, endpoint: Endpoint) -> Endpoint:
         """Keep a row just read, unless a (possibly changed) copy is kept already."""
-        known = self.endpoints.get(endpoint.conversation_handle)
+        known = self.endpoints.get(endpoint.conversation_handle.int)
         return self.keep(endpoint) if known is None else known
 
     def forget(self) -> None:

@@ -26,9 +26,6 @@ K = TypeVar("K")
 V = TypeVar("V")
 T = TypeVar("T")
 
-# SQLAlchemy's SQLite DATETIME storage format, so stored text and SQL comparisons on it
-# are unchanged.
-_SQLITE_TIME_FORMAT = "%04d-%02d-%02d %02d:%02d:%02d.%06d"
 # Entries per uuid memo before it starts over (both memos full: about 7 MB).
 _MEMO_LIMIT = 1 << 14
 _uuid_by_text: dict[str, uuid.UUID] = {}
@@ -68,8 +65,9 @@ def _as_utc(value: datetime) -> datetime:
 def _utc_text(value: datetime | None) -> str | None:
     if value is None:
         return None
-    v = _as_utc(value)
-    return _SQLITE_TIME_FORMAT % (v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond)
+    # SQLAlchemy's SQLite DATETIME storage format ("2026-11-22 23:59:59.000123"), so
+    # stored text and SQL comparisons on it are unchanged.
+    return _as_utc(value).replace(tzinfo=None).isoformat(" ", "microseconds")
 
 
 def _text_utc(value: str | None) -> datetime | None:

@@ -55,7 +55,10 @@ class DatabaseState:
 
     def checkin(self, conn: Connection) -> None:
         """Keep ``conn`` for this thread's next transaction, or close it."""
-        reusable = not conn.closed and not conn.invalidated and not conn.in_transaction()
+        # A transaction begun on the driver (``Backend.begin_on_driver``) and left open
+        # is invisible to SQLAlchemy: closing hands it to the pool, which rolls it back.
+        reusable = (not conn.closed and not conn.invalidated and not conn.in_transaction()
+                    and not getattr(conn.connection.dbapi_connection, "in_transaction", False))
         if reusable and getattr(self._idle, "connection", None) is None:
             self._idle.connection = conn
             with self._lock:

@@ -173,7 +173,7 @@ class Transaction:
             backend.wait_holding(notifier, queue.id, seen, deadline)
             return
         conn = self._owned
-        conn.rollback()  # nothing written yet: release the locks while waiting
+        self._end(conn, commit=False)  # nothing written yet: release the locks while waiting
         self._ctx = None
         backend.wait_released(notifier, queue.id, seen, deadline, conn, queue_table(queue.table_name).name,
                               ctx.catalog.version)
@@ -182,13 +182,16 @@ class Transaction:
         if self._ctx is None:
             conn = self._connection()
             kept = pending.pending(conn)
+            owned = conn is self._owned
             if not conn.in_transaction():
-                # Begin through SQLAlchemy (BEGIN IMMEDIATE on SQLite) before any
-                # prepared statement runs on the driver's cursor.
-                conn.begin()
+                # Begin before any prepared statement runs on the driver's cursor: on
+                # the broker's own connection the backend may begin on the driver itself
+                # (BEGIN IMMEDIATE on SQLite), else through SQLAlchemy.
+                if not (owned and self._state.backend.begin_on_driver(conn)):
+                    conn.begin()
                 # Only a connection of the broker's own is known to run nothing else
                 # between its transactions: what it kept from the last one may be reused.
-                kept.begin(self._state.backend.data_version(conn) if conn is self._owned else None)
+                kept.begin(self._state.backend.data_version(conn) if owned else None)
             self._ctx = TxContext(conn, self._state, self._state.catalog_for(conn, kept.catalog_version), kept)
         return self._ctx
 
@@ -214,7 +217,7 @@ class Transaction:
         ctx = self._ctx
         touched = ctx.touched_queues if ctx is not None else set()
         if self._owned is not None:
-            self._owned.commit()
+            self._end(self._owned, commit=True)
             if ctx is not None:
                 ctx.kept.committed(ctx.catalog.version)
         self._ctx = None
@@ -223,7 +226,7 @@ class Transaction:
     def rollback(self) -> None:
         received = self._ctx.received_queues if self._ctx is not None else set()
         if self._owned is not None:
-            self._owned.rollback()
+            self._end(self._owned, commit=False)
         self._ctx = None
         if received and self._owned is not None:
             self._count_poison_rollback(received)
@@ -242,6 +245,34 @@ class Transaction:
         for name in disabled:
             log.warning("queue %s disabled: five consecutive rolled-back RECEIVE transactions", name)
             self._state.events.emit(events.BROKER_QUEUE_DISABLED, queue=name)
+
+    @staticmethod
+    def _end(conn: Connection, *, commit: bool) -> None:
+        """Commit or roll back the broker's own connection, wherever its transaction began.
+
+        One begun on the driver (``Backend.begin_on_driver``) that SQLAlchemy never saw
+        ends on the driver, after the held-back writes (``broker.pending``); once any
+        SQLAlchemy statement has run, SQLAlchemy has joined it and ends it.
+        """
+        if conn.in_transaction():
+            if commit:
+                conn.commit()
+            else:
+                conn.rollback()
+            return
+        driver = conn.connection.dbapi_connection
+        assert driver is not None  # a checked-out connection always has one
+        if commit:
+            try:
+                pending.flush(conn)
+                driver.commit()
+            except BaseException:
+                driver.rollback()
+                pending.discard(conn)
+                raise
+        else:
+            driver.rollback()
+            pending.discard(conn)
 
     def close(self) -> None:
         if self._owned is not None:

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import nullcontext
 
 import pytest
 from sqlalchemy import Column, Integer, MetaData, String, Table, func, insert, select
@@ -201,3 +202,25 @@ def test_waitfor_keeps_application_sql_run_before_it(tutorial: broker.Broker) ->
         tx.connection.execute(insert(orders).values(item="kept"))
         assert tx.receive(TARGET_QUEUE, timeout=0.05) == []
     assert _order_count(tutorial) == 1
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["commits", "rolls-back"])
+def test_application_sql_after_a_send_ends_with_it(tutorial: broker.Broker, fails: bool) -> None:
+    """The SEND begins the transaction; SQL run through ``tx.connection`` afterwards joins
+    it, and both commit or roll back together."""
+    orders.create(tutorial.engine)
+    handle = open_dialog(tutorial)
+    with pytest.raises(RuntimeError) if fails else nullcontext(), tutorial.transaction() as tx:
+        tx.send(handle, REQUEST, "<second/>")
+        tx.connection.execute(insert(orders).values(item="widget"))
+        tx.send(handle, REQUEST, "<third/>")
+        if fails:
+            raise RuntimeError("application failure")
+    bodies = [m.message_body for m in tutorial.queue_rows(TARGET_QUEUE)]
+    if fails:
+        assert (_order_count(tutorial), bodies) == (0, [b"<RequestMsg/>"])
+    else:
+        assert (_order_count(tutorial), bodies) == (1, [b"<RequestMsg/>", b"<second/>", b"<third/>"])
+    with tutorial.transaction() as tx:  # the connection is clean for the next transaction
+        tx.send(handle, REQUEST, "<fourth/>")
+    assert tutorial.queue_rows(TARGET_QUEUE)[-1].message_body == b"<fourth/>"

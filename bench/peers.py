@@ -208,6 +208,9 @@ class RawBrokerWritesPeer:
     the receive-order and conversation indexes) plus the sequence numbers of the two
     conversation endpoints. ``put``: INSERT + two endpoint UPDATEs in one transaction.
     ``take``: the next ready row by priority and age, its DELETE, one transaction.
+    ``put_many``: one ``executemany`` INSERT + the two UPDATEs. ``take_many(n)``: the
+    next ready row's conversation, up to ``n`` of its rows in sequence order, one
+    ``executemany`` DELETE.
     """
 
     name = "raw sqlite3, broker's writes"
@@ -248,6 +251,29 @@ class RawBrokerWritesPeer:
             conn.execute("DELETE FROM q WHERE queuing_order = ?", (row[0],))
         conn.execute("COMMIT")
         return None if row is None else bytes(row[1])
+
+    def put_many(self, bodies: list[bytes]) -> None:
+        conn = self._conn
+        first = self._seq + 1
+        self._seq += len(bodies)
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany("INSERT INTO q (status, priority, grp, handle, seq, body) VALUES (1, 5, ?, ?, ?, ?)",
+                         [(self._GROUP, self._PEER, first + i, data) for i, data in enumerate(bodies)])
+        conn.execute("UPDATE e SET send_sequence = ? WHERE handle = ?", (self._seq, self._HANDLE))
+        conn.execute("UPDATE e SET receive_sequence = ? WHERE handle = ?", (self._seq, self._PEER))
+        conn.execute("COMMIT")
+
+    def take_many(self, n: int) -> list[bytes]:
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        first = conn.execute("SELECT handle FROM q WHERE status = 1"
+                             " ORDER BY priority DESC, queuing_order LIMIT 1").fetchone()
+        rows = [] if first is None else conn.execute(
+            "SELECT queuing_order, body FROM q WHERE handle = ? AND status = 1 ORDER BY seq LIMIT ?",
+            (first[0], n)).fetchall()
+        conn.executemany("DELETE FROM q WHERE queuing_order = ?", [(row[0],) for row in rows])
+        conn.execute("COMMIT")
+        return [bytes(row[1]) for row in rows]
 
     def durability(self) -> Durability:
         return read_durability(self._conn)

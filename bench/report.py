@@ -46,9 +46,17 @@ def compute_ratios(results: dict[str, Any]) -> list[dict[str, Any]]:
     for op, verb in (("send1", "single-message send"), ("receive1", "single-message receive")):
         for peer, target in SINGLE_PEERS:
             ratio(f"{verb}: servicebroker / {peer}", f"servicebroker/{op}", f"{peer}/{op}", target)
+        ratio(f"{verb}: raw sqlite3, broker's writes / persist-queue", f"raw sqlite3, broker's writes/{op}",
+              f"persist-queue/{op}", None)
     ratio("batched send (100/tx): servicebroker / raw sqlite3", "servicebroker/send100", "raw sqlite3/send100", 0.5)
+    ratio("batched send (100/tx): servicebroker / raw sqlite3, broker's writes", "servicebroker/send100",
+          "raw sqlite3, broker's writes/send100", None)
+    ratio("batched send (100/tx): raw sqlite3, broker's writes / raw sqlite3", "raw sqlite3, broker's writes/send100",
+          "raw sqlite3/send100", None)
     ratio("batched receive (100/tx): servicebroker / raw sqlite3", "servicebroker/receive100",
           "raw sqlite3/receive100", 0.5)
+    ratio("batched receive (100/tx): servicebroker / raw sqlite3, broker's writes", "servicebroker/receive100",
+          "raw sqlite3, broker's writes/receive100", None)
 
     depth = sorted(results.get("depth", []), key=lambda d: d["depth"])
     if len(depth) >= 2:

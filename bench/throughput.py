@@ -68,6 +68,11 @@ def scenarios(single_n: int, batch_n: int) -> list[Scenario]:
                  RawSqlitePeer, "put_many", batch_n),
         Scenario("raw sqlite3/receive100", "raw sqlite3", "SELECT + DELETE, 100 rows per transaction",
                  RawSqlitePeer, "take_many", batch_n),
+        Scenario("raw sqlite3, broker's writes/send100", "raw sqlite3, broker's writes",
+                 "executemany INSERT + 2 endpoint UPDATEs, 100 per transaction", RawBrokerWritesPeer, "put_many",
+                 batch_n),
+        Scenario("raw sqlite3, broker's writes/receive100", "raw sqlite3, broker's writes",
+                 "one conversation's next 100 + executemany DELETE", RawBrokerWritesPeer, "take_many", batch_n),
     ]
     return out
 

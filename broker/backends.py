@@ -158,6 +158,17 @@ class Backend:
         """(group, conversation) of the next message to serve, its group locked; or None."""
         return statements.next_ready.first(conn)
 
+    def next_conversation_rows(self, conn: Connection, statements: QueueStatements,
+                               top: int | None) -> list[tuple[Any, ...]]:
+        """Up to ``top`` ready rows, in receive order, of the conversation holding the next
+        message to serve, its group locked; [] when nothing is ready.
+
+        SQLite: one statement, the write lock covering every group.
+        """
+        if top is None:
+            return statements.all_next_conversation_rows.all(conn)
+        return statements.next_conversation_rows.all(conn, p_top=top)
+
     # -- wake-ups ------------------------------------------------------------------------
 
     def enqueued(self, conn: Connection, queue_id: int) -> None:
@@ -276,6 +287,15 @@ class PostgresBackend(Backend):
             if len(candidates) < CANDIDATES:
                 return None
             offset += CANDIDATES
+
+    def next_conversation_rows(self, conn: Connection, statements: QueueStatements,
+                               top: int | None) -> list[tuple[Any, ...]]:
+        first = self.next_ready(conn, statements)  # the group is locked before its rows are read
+        if first is None:
+            return []
+        if top is None:
+            return statements.all_conversation_rows.all(conn, p_handle=first[1])
+        return statements.conversation_rows.all(conn, p_handle=first[1], p_top=top)
 
     def enqueued(self, conn: Connection, queue_id: int) -> None:
         _notify(conn, str(queue_id))

@@ -11,9 +11,8 @@ BROKER) retries the waiting messages in its own transaction.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from sqlalchemy import Row, delete, insert, select, update
 
@@ -51,9 +50,8 @@ def queue_disabled(name: str) -> str:
     return f'The service queue "{name}" is currently disabled.'
 
 
-@dataclass(frozen=True, slots=True)
-class Outgoing:
-    """A sequenced message leaving an endpoint."""
+class Outgoing(NamedTuple):
+    """A sequenced message leaving an endpoint (a tuple: one is made per message sent)."""
 
     sequence: int
     message_type_id: int

@@ -147,6 +147,10 @@ class QueueStatements:
     first_of_group: Prepared  # (conversation,) of a group's next message to serve
     conversation_rows: Prepared  # one conversation's ready rows in receive order, LIMIT p_top
     all_conversation_rows: Prepared  # the same without a limit
+    # The same for the conversation holding the next message to serve, found in the same
+    # statement (where no group lock has to be taken in between: SQLite).
+    next_conversation_rows: Prepared
+    all_next_conversation_rows: Prepared
     delete_row: Prepared
     mark_received: Prepared  # RETENTION: status 0 instead of deleting
 
@@ -163,6 +167,15 @@ def queue_statements(table_name: str) -> QueueStatements:
         select(t.c.conversation_group_id, t.c.conversation_handle).where(ready)
         .order_by(t.c.priority.desc(), t.c.queuing_order)
     )
+    n = t.alias("next_message")
+    next_handle = (
+        select(n.c.conversation_handle).where(n.c.status == 1)
+        .order_by(n.c.priority.desc(), n.c.queuing_order).limit(1).scalar_subquery()
+    )
+    next_rows = (
+        select(t).where(t.c.conversation_handle == next_handle, ready)
+        .order_by(t.c.receive_rank, t.c.message_sequence_number, t.c.queuing_order)
+    )
     return QueueStatements(
         insert=Prepared(insert(t).values(
             {c.name: bindparam(f"p_{c.name}") for c in t.columns if c.name != "queuing_order"}
@@ -175,6 +188,8 @@ def queue_statements(table_name: str) -> QueueStatements:
         ),
         conversation_rows=Prepared(rows.limit(bindparam("p_top"))),
         all_conversation_rows=Prepared(rows),
+        next_conversation_rows=Prepared(next_rows.limit(bindparam("p_top"))),
+        all_next_conversation_rows=Prepared(next_rows),
         delete_row=Prepared(delete(t).where(t.c.queuing_order == bindparam("p_order"))),
         mark_received=Prepared(
             update(t).where(t.c.queuing_order == bindparam("p_order")).values(status=0)

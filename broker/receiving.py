@@ -64,13 +64,12 @@ def receive(
     elif conversation_group_id is not None:
         group_id = _named_group(ctx, queue, conversation_group_id)
         ctx.state.backend.lock_group(ctx.conn, group_id)
-        rows = _group_rows(ctx, queue, statements, group_id, None, top)
+        rows = _group_rows(ctx, queue, statements, group_id, [], top)
     else:
-        first = ctx.state.backend.next_ready(ctx.conn, statements)
-        if first is None:
+        first = [QueueRow._make(row) for row in ctx.state.backend.next_conversation_rows(ctx.conn, statements, top)]
+        if not first:
             return []
-        group_id, handle = first
-        rows = _group_rows(ctx, queue, statements, group_id, handle, top)
+        rows = _group_rows(ctx, queue, statements, first[0].conversation_group_id, first, top)
     if not rows:
         return []
     _consume(ctx, statements, queue, [r.queuing_order for r in rows])
@@ -134,20 +133,18 @@ def _named_group(ctx: TxContext, queue: QueueInfo, value: object) -> uuid.UUID:
 
 def _group_rows(
     ctx: TxContext, queue: QueueInfo, statements: QueueStatements, group_id: uuid.UUID,
-    first_handle: uuid.UUID | None, top: int | None,
+    first: list[QueueRow], top: int | None,
 ) -> list[QueueRow]:
-    """The group's ready rows: conversation by conversation, up to ``top``."""
-    rows: list[QueueRow] = []
-    taken: list[uuid.UUID] = []
-    handle = first_handle
+    """The group's ready rows: conversation by conversation, up to ``top``, after
+    ``first`` (all the rows wanted of the group's first conversation, or none yet)."""
+    rows = first
+    taken = [first[0].conversation_handle] if first else []
     while top is None or len(rows) < top:
+        handle = _next_conversation(ctx, queue, group_id, taken)
         if handle is None:
-            handle = _next_conversation(ctx, queue, group_id, taken)
-            if handle is None:
-                break
+            break
         taken.append(handle)
         rows.extend(_conversation_rows(ctx, statements, handle, None if top is None else top - len(rows)))
-        handle = None
     return rows
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from broker import endpoints as ep
+from broker.catalog import QueueInfo
 from broker.context import TxContext
 from broker.delivery import Outgoing, enqueue, retry_held, transmit
 from broker.errors import BrokerError
@@ -37,10 +38,11 @@ def send(ctx: TxContext, handles: object, message_type: str, body: object) -> No
     senders = [_checked_sender(ctx, h) for h in _handle_list(handles)]
     if message_type_info is None:  # only after the handles: SQL Server checks them first
         raise BrokerError(8428, name=message_type)
+    own_queues = []
     for sender in senders:
         _check_contract(ctx, sender, message_type_info.id, message_type)
-        _check_retention(ctx, sender)
-    for sender in senders:
+        own_queues.append(_checked_own_queue(ctx, sender))
+    for sender, own_queue in zip(senders, own_queues, strict=True):
         if sender.held_messages:
             # The cause may be gone (another process fixed it): let the queue drain first.
             retry_held(ctx, {sender.conversation_handle})
@@ -48,9 +50,8 @@ def send(ctx: TxContext, handles: object, message_type: str, body: object) -> No
         sequence = sender.send_sequence
         ep.advance_send(ctx, sender, "CO" if sender.state == "SO" else sender.state)
         transmit(ctx, sender, Outgoing(sequence, message_type_info.id, payload, "message"))
-        queue = ctx.catalog.queues[ctx.catalog.services[sender.service_id].queue_id]
-        if queue.retention:
-            enqueue(ctx, sender, queue, sequence, message_type_info.id, payload, status=RETAINED_SENT)
+        if own_queue.retention:
+            enqueue(ctx, sender, own_queue, sequence, message_type_info.id, payload, status=RETAINED_SENT)
 
 
 def _handle_list(handles: object) -> list[object]:
@@ -92,7 +93,9 @@ def _check_contract(ctx: TxContext, sender: ep.Endpoint, message_type_id: int, n
         raise BrokerError(8434, name=name)
 
 
-def _check_retention(ctx: TxContext, sender: ep.Endpoint) -> None:
+def _checked_own_queue(ctx: TxContext, sender: ep.Endpoint) -> QueueInfo:
+    """The sender's own queue, which keeps a copy of what it sends under RETENTION."""
     queue = ctx.catalog.queues[ctx.catalog.services[sender.service_id].queue_id]
     if queue.retention and not queue.enqueue_enabled:
         raise BrokerError(9618, name=queue.name)
+    return queue

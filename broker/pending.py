@@ -156,7 +156,11 @@ def _before_statement(conn: Connection, *_args: Any) -> None:
 
 
 def _before_commit(conn: Connection) -> None:
-    flush(conn)  # what is kept stays: the next ``Pending.begin`` decides whether it is current
+    # Commits through SQLAlchemy: a joined session's or connection's, whose next
+    # transaction may begin without the broker seeing it, or one in which application
+    # SQL ran. Nothing of them is kept; the broker's own commits on the driver keep it.
+    flush(conn)
+    discard(conn)
 
 
 def _on_rollback(conn: Connection) -> None:

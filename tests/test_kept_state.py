@@ -101,3 +101,28 @@ def test_receive_fires_a_lifetime_that_ran_out_after_the_deadline_was_kept(tutor
     assert len(_receive(tutorial)) == 1  # keeps "the earliest lifetime, a second from now"
     arrived = wait_until(lambda: _receive(tutorial), timeout=10)
     assert [m.message_type_name for m in arrived] == [ERROR]  # type: ignore[attr-defined]
+
+
+def test_a_joined_transaction_sees_an_end_committed_by_another_connection(tutorial: broker.Broker,
+                                                                         other: broker.Broker) -> None:
+    handle = open_dialog(tutorial)
+    with tutorial.Session() as session:
+        with session.begin(), tutorial.transaction(session=session) as tx:
+            tx.send(handle, REQUEST, "<a/>")
+        with other.transaction() as tx:
+            tx.end_conversation(target_handle(other, handle))
+        with pytest.raises(BrokerError) as raised, session.begin(), tutorial.transaction(session=session) as tx:
+            tx.send(handle, REQUEST, "<b/>")
+    assert (raised.value.number, raised.value.details) == (8429, {"state": "DI"})
+
+
+def test_two_joined_blocks_in_one_session_transaction_keep_both_sends(tutorial: broker.Broker) -> None:
+    handle = open_dialog(tutorial)
+    with tutorial.Session() as session, session.begin():
+        with tutorial.transaction(session=session) as tx:
+            tx.send(handle, REQUEST, "<a/>")
+        with tutorial.transaction(session=session) as tx:
+            tx.send(handle, REQUEST, "<b/>")
+    rows = tutorial.queue_rows(TARGET_QUEUE)
+    assert [(m.message_sequence_number, m.message_body) for m in rows] == [
+        (0, b"<RequestMsg/>"), (1, b"<a/>"), (2, b"<b/>")]

@@ -29,7 +29,8 @@ T = TypeVar("T")
 # Entries per uuid memo before it starts over (both memos full: about 7 MB).
 _MEMO_LIMIT = 1 << 14
 _uuid_by_text: dict[str, uuid.UUID] = {}
-_text_by_uuid: dict[uuid.UUID, str] = {}
+# By ``UUID.int``: a UUID object's own hash runs Python code.
+_text_by_uuid: dict[int, str] = {}
 
 
 def _uuid_text(value: Any) -> str | None:
@@ -37,8 +38,8 @@ def _uuid_text(value: Any) -> str | None:
         return None
     if not isinstance(value, uuid.UUID):
         value = uuid.UUID(str(value))
-    text = _text_by_uuid.get(value)
-    return _remember(_text_by_uuid, value, str(value)) if text is None else text
+    text = _text_by_uuid.get(value.int)
+    return _remember(_text_by_uuid, value.int, str(value)) if text is None else text
 
 
 def _text_uuid(value: Any) -> uuid.UUID | None:
@@ -66,7 +67,9 @@ def _utc_text(value: datetime | None) -> str | None:
     if value is None:
         return None
     # SQLAlchemy's SQLite DATETIME storage format ("2026-11-22 23:59:59.000123"), so
-    # stored text and SQL comparisons on it are unchanged.
+    # stored text and SQL comparisons on it are unchanged: ISO text without the offset.
+    if value.tzinfo is UTC:  # what the broker itself writes: one C call
+        return value.isoformat(" ", "microseconds")[:-6]
     return _as_utc(value).replace(tzinfo=None).isoformat(" ", "microseconds")
 
 

@@ -38,7 +38,8 @@ INFO_KEY = "broker_pending"  # where the buffer lives in ``Connection.info``
 
 
 class Pending:
-    """One connection's held-back writes and kept endpoint rows (one transaction)."""
+    """One connection's held-back writes (one transaction) and what it knows of the
+    database: endpoint rows, catalog version, next due moment (see the module doc)."""
 
     __slots__ = ("inserts", "endpoints", "by_conversation", "dirty", "data_version", "catalog_version",
                  "next_due", "_began_at")

@@ -7,6 +7,7 @@ import threading
 from sqlalchemy import Engine
 from sqlalchemy.engine import Connection
 
+from broker import pending
 from broker.backends import backend_for
 from broker.catalog import Catalog, catalog_version, load_catalog
 from broker.events import EventHub
@@ -51,7 +52,10 @@ class DatabaseState:
                 self._kept.discard(conn)
             if not conn.closed and not conn.invalidated:
                 return conn
-        return self.engine.connect()
+        conn = self.engine.connect()
+        # From the pool: whoever held it last may have changed anything through it.
+        pending.pending(conn).forget()
+        return conn
 
     def checkin(self, conn: Connection) -> None:
         """Keep ``conn`` for this thread's next transaction, or close it."""

@@ -126,3 +126,18 @@ def test_two_joined_blocks_in_one_session_transaction_keep_both_sends(tutorial: 
     rows = tutorial.queue_rows(TARGET_QUEUE)
     assert [(m.message_sequence_number, m.message_body) for m in rows] == [
         (0, b"<RequestMsg/>"), (1, b"<a/>"), (2, b"<b/>")]
+
+
+def test_a_connection_back_from_the_pool_starts_afresh(tutorial: broker.Broker) -> None:
+    handle = open_dialog(tutorial)
+    _send(tutorial, handle)  # kept on this thread's connection
+    tutorial._state.close_idle()  # which goes back to the pool
+    raw = tutorial.engine.raw_connection()  # someone takes it and writes behind SQLAlchemy's back
+    try:
+        raw.cursor().execute("UPDATE sb_conversation_endpoints SET state = 'DI' WHERE is_initiator = TRUE")
+        raw.commit()
+    finally:
+        raw.close()
+    with pytest.raises(BrokerError) as raised:
+        _send(tutorial, handle)
+    assert (raised.value.number, raised.value.details) == (8429, {"state": "DI"})

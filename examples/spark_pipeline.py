@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 
 import broker
 from broker.spark.session import local_session
+from broker.spark.sinks import checkpoint_sink_id
 
 ORDER, RECEIPT, TOTALS = "//shop/Order", "//shop/Receipt", "//shop/CustomerTotals"
 ORDERING, REPORTING = "//shop/Ordering", "//shop/Reporting"
@@ -65,8 +66,9 @@ def send_orders(db: broker.Broker, count: int, seed: int = 7) -> None:
 def answer_batch(orders: DataFrame, batch_id: int, url: str, sink_id: str) -> None:
     """One micro-batch: receipts on the orders' conversations plus totals per customer.
 
-    ``sink_id`` names this query's output (its checkpoint): a new checkpoint needs a new
-    one, since batch ids start again at 0.
+    ``sink_id`` names this query's output: ``checkpoint_sink_id`` gives each checkpoint
+    its own, so a checkpoint deleted and made again (batch ids start again at 0) is a new
+    sink rather than a replay of the old one.
     """
     parsed = orders.select("conversation_handle",
                            F.from_json(F.col("message_body").cast("string"), ORDER_SCHEMA).alias("order"))
@@ -91,9 +93,10 @@ def answer_batch(orders: DataFrame, batch_id: int, url: str, sink_id: str) -> No
 
 def run_pipeline(spark: SparkSession, url: str, checkpoint: str, rows_per_batch: int = 500) -> None:
     """Process every order queued now, in micro-batches, then stop (availableNow)."""
+    sink_id = checkpoint_sink_id(checkpoint)
     query = (spark.readStream.format("servicebroker").option("url", url).option("queue", QUEUES[ORDERS])
              .option("maxRowsPerBatch", rows_per_batch).load()
-             .writeStream.foreachBatch(lambda frame, batch_id: answer_batch(frame, batch_id, url, checkpoint))
+             .writeStream.foreachBatch(lambda frame, batch_id: answer_batch(frame, batch_id, url, sink_id))
              .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
     query.awaitTermination()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,8 @@ from sqlalchemy import func, select
 from support import sqlite_only
 
 import broker
-from broker.models import SparkStagedMessage
+from broker.models import SparkSink, SparkStagedMessage
+from broker.spark.sinks import MARKER, checkpoint_sink_id
 from cli.main import cli
 
 pytestmark = pytest.mark.spark
@@ -91,6 +93,35 @@ def test_stream_write_sends_a_replayed_batch_once(
 
 
 @sqlite_only
+def test_a_stream_on_a_new_checkpoint_at_an_old_path_sends_everything(
+        spark: SparkSession, db: broker.Broker, db_url: str, tmp_path: Path) -> None:
+    """Deleting a checkpoint restarts batch ids at 0: that is a new sink, not a replay."""
+    make_services(db, "Orders")
+    checkpoint = tmp_path / "checkpoint"
+
+    def run() -> None:
+        query = (spark.readStream.format(SOURCE).option("url", db_url).option("queue", "Orders").load()
+                 .selectExpr("conversation_handle", "concat(cast(message_body AS STRING), '-reply') AS message_body")
+                 .writeStream.format(SOURCE).option("url", db_url).option("checkpointLocation", str(checkpoint))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+
+    send_dialogs(db, "Orders", dialogs=3, per_dialog=1)
+    run()
+    assert len(db.queue_rows("SenderQueue")) == 3
+    shutil.rmtree(checkpoint)
+    send_dialogs(db, "Orders", dialogs=2, per_dialog=1)
+    run()
+    assert len(db.queue_rows("SenderQueue")) == 5
+    assert len(_sinks(db)) == 2  # one per checkpoint
+
+
+def _sinks(db: broker.Broker) -> list[str]:
+    with db.engine.connect() as conn:
+        return list(conn.execute(select(SparkSink.sink_id)).scalars())
+
+
+@sqlite_only
 def test_a_foreach_batch_write_with_sink_and_batch_id_is_sent_once(
         spark: SparkSession, db: broker.Broker, db_url: str) -> None:
     make_services(db, "Orders")
@@ -122,3 +153,21 @@ def test_register_without_the_extra_names_it(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setitem(sys.modules, "broker.spark.source", None)  # as if pyspark were missing
     with pytest.raises(ImportError, match=r"servicebroker\[spark\]"):
         broker.spark.register(object())
+
+
+def test_a_checkpoint_keeps_its_sink_id_and_a_new_one_gets_another(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "checkpoint"
+    first = checkpoint_sink_id(str(checkpoint))
+    assert first.startswith(f"{checkpoint}#") and first == checkpoint_sink_id(str(checkpoint))
+    assert checkpoint_sink_id(checkpoint.as_uri()) == first  # a file: URI names the same checkpoint
+    shutil.rmtree(checkpoint)
+    assert checkpoint_sink_id(str(checkpoint)) not in (first, str(checkpoint))
+
+
+def test_a_checkpoint_from_before_sink_ids_keeps_its_path_as_id(tmp_path: Path) -> None:
+    older = tmp_path / "older"
+    (older / "commits").mkdir(parents=True)
+    (older / "commits" / "7").write_text("v1\n")
+    assert checkpoint_sink_id(str(older)) == str(older)
+    assert (older / MARKER).read_text() == str(older)
+    assert checkpoint_sink_id("s3a://bucket/checkpoints/q1") == "s3a://bucket/checkpoints/q1"

@@ -17,7 +17,8 @@ class SourceOptions:
     view: str | None = None
     partitions: int = DEFAULT_PARTITIONS
     max_rows_per_batch: int | None = None
-    sink_id: str | None = None
+    sink_id: str | None = None  # option sinkId
+    checkpoint: str | None = None  # option checkpointLocation (Spark's own)
     batch_id: int | None = None
 
     @classmethod
@@ -36,8 +37,8 @@ class SourceOptions:
             view=view or None,
             partitions=_positive(given, "partitions") or DEFAULT_PARTITIONS,
             max_rows_per_batch=_positive(given, "maxrowsperbatch"),
-            # A streaming sink is known by its id; the checkpoint's path is a good one.
-            sink_id=given.get("sinkid") or given.get("checkpointlocation") or None,
+            sink_id=given.get("sinkid") or None,
+            checkpoint=given.get("checkpointlocation") or None,
             batch_id=_natural(given, "batchid"),
         )
 

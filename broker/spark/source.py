@@ -17,6 +17,7 @@ from broker.spark import SOURCE_NAME
 from broker.spark.columns import RECEIVE_COLUMNS, ddl
 from broker.spark.options import SourceOptions
 from broker.spark.readers import QueueReader, QueueStreamReader, ViewReader
+from broker.spark.sinks import checkpoint_sink_id
 from broker.spark.staging import check_columns
 from broker.spark.views import view_columns
 from broker.spark.writers import MessageStreamWriter, MessageWriter
@@ -53,9 +54,12 @@ class ServiceBrokerSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         options = _write_options(self.options, schema, overwrite)
-        if not options.sink_id:
-            raise ValueError("servicebroker: a streaming write needs option 'checkpointLocation' or 'sinkId'")
-        return MessageStreamWriter(options)
+        if options.sink_id:
+            return MessageStreamWriter(options, options.sink_id)
+        if options.checkpoint:
+            # Planned on the driver's machine, where the checkpoint is.
+            return MessageStreamWriter(options, checkpoint_sink_id(options.checkpoint))
+        raise ValueError("servicebroker: a streaming write needs option 'checkpointLocation' or 'sinkId'")
 
 
 def _write_options(given: Mapping[str, str], schema: StructType, overwrite: bool) -> SourceOptions:

@@ -74,10 +74,9 @@ class MessageWriter(DataSourceArrowWriter):
 class MessageStreamWriter(DataSourceStreamArrowWriter):
     """``df.writeStream``: each micro-batch SENT once, keyed by (sink id, batch id)."""
 
-    def __init__(self, options: SourceOptions) -> None:
-        assert options.sink_id is not None
+    def __init__(self, options: SourceOptions, sink_id: str) -> None:
         self.options = options
-        self.sink_id: str = options.sink_id
+        self.sink_id = sink_id
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedTask:
         context = TaskContext.get()

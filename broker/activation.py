@@ -27,6 +27,7 @@ import logging
 import math
 import threading
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -118,6 +119,9 @@ class ActivationManager:
         self._lock = threading.Lock()  # readers and failures (reader threads end on their own)
         self._pass = threading.Lock()  # one look at a time; none while stop() cleans up
         self._cleaned = False
+        # The ``spid`` of this runtime's task rows, alive until stop() (``Backend.session``).
+        self._session = ExitStack()
+        self._session_id: int | None = None
 
     def evaluate(self) -> float | None:
         """Look at every queue; seconds until it wants to look again (None: no need).
@@ -152,9 +156,16 @@ class ActivationManager:
             if running:
                 log.warning("%d activation reader(s) still running after %.1f s", len(running), timeout)
             self._remove_rows(running)
+            self._session.close()
+            self._session_id = None
         finally:
             if locked:
                 self._pass.release()
+
+    def _session_of_tasks(self) -> int:
+        if self._session_id is None:
+            self._session_id = self._session.enter_context(self.db._state.backend.session(self.db.engine))
+        return self._session_id
 
     # -- one look ------------------------------------------------------------------------
 
@@ -239,7 +250,7 @@ class ActivationManager:
                 monitor.blocked, monitor.blocked_until = procedure_name, now + RETRY_MISSING_S
             return None
         reader = Reader(self.db, queue.name, queue.id, procedure_name, procedure, monitor.activity,
-                        functools.partial(self._reader_ended, monitor))
+                        functools.partial(self._reader_ended, monitor), self._session_of_tasks())
         reader.insert_row(ctx)
         monitor.activated_at, monitor.last_activated_time = now, reader.start_time
         monitor.receives_at_activation = monitor.activity.receives

@@ -20,6 +20,7 @@ connection per database and process LISTENs and wakes this process's waiters.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import uuid
@@ -73,9 +74,6 @@ class Backend:
     """The SQLite behaviour; ``PostgresBackend`` overrides what differs."""
 
     name = "sqlite"
-    # Whether every process that uses the database runs on this machine (so a process
-    # id in ``sb_activated_tasks`` can be checked with ``os.kill``).
-    processes_are_local = True
     # Whether a transaction's catalog snapshot stays current for its whole life: true
     # where one transaction writes at a time, false under READ COMMITTED, where another
     # transaction's change (a queue's rollback count) can commit meanwhile.
@@ -125,6 +123,27 @@ class Backend:
     def database_key(self, engine: Engine) -> str:
         """One key per database, shared by every engine of this process that opens it."""
         return str(Path(engine.url.database or "").resolve())
+
+    # -- runtimes ------------------------------------------------------------------------
+
+    @contextmanager
+    def session(self, engine: Engine) -> Iterator[int]:
+        """The id a runtime's activated tasks carry (their ``spid``) while it runs; once
+        the runtime's process is gone, ``ended_sessions`` reports it.
+
+        SQLite: the process id (every process using the file runs on this machine).
+        """
+        yield os.getpid()
+
+    def ended_sessions(self, conn: Connection, sessions: list[int]) -> list[int]:
+        """Those of ``sessions`` whose runtime no longer runs.
+
+        SQLite: processes that no longer exist (``os.kill(pid, 0)``; POSIX only, elsewhere
+        none is known to have ended).
+        """
+        if os.name != "posix":
+            return []
+        return [pid for pid in sessions if not _process_exists(pid)]
 
     # -- names ---------------------------------------------------------------------------
 
@@ -228,7 +247,6 @@ class Backend:
 
 class PostgresBackend(Backend):
     name = "postgresql"
-    processes_are_local = False
     snapshot_stays_current = False
 
     def data_version(self, conn: Connection) -> int | None:
@@ -246,6 +264,30 @@ class PostgresBackend(Backend):
 
     def database_key(self, engine: Engine) -> str:
         return engine.url.render_as_string(hide_password=True)
+
+    @contextmanager
+    def session(self, engine: Engine) -> Iterator[int]:
+        """PostgreSQL: the backend process id of a connection the runtime holds open for
+        its whole life. Runtimes may run on other hosts, so an operating-system process id
+        would tell nothing; a session ends with its process, on any host."""
+        raw = engine.raw_connection()
+        raw.detach()  # closed for good at the end, not handed back to the pool
+        try:
+            cursor = raw.cursor()
+            cursor.execute("SELECT pg_backend_pid()")
+            row = cursor.fetchone()
+            assert row is not None
+            yield int(row[0])
+        finally:
+            raw.close()
+
+    def ended_sessions(self, conn: Connection, sessions: list[int]) -> list[int]:
+        """PostgreSQL: sessions the server no longer has (``pg_stat_activity``)."""
+        if not sessions:
+            return []
+        alive = set(conn.execute(text("SELECT pid FROM pg_stat_activity WHERE pid = ANY(:sessions)"),
+                                 {"sessions": sessions}).scalars())
+        return [pid for pid in sessions if pid not in alive]
 
     def catalog_view(self, view: str) -> str:
         """Catalog views live in the schema sys: sys."conversation_endpoints"."""
@@ -378,6 +420,16 @@ class _Listener:
     def stop(self) -> None:
         self._stopping.set()
         self._thread.join(5)
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
 
 
 def backend_for(engine: Engine) -> Backend:

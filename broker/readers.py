@@ -19,7 +19,6 @@ from __future__ import annotations
 import importlib
 import logging
 import math
-import os
 import threading
 import time
 import uuid
@@ -96,8 +95,9 @@ class Reader:
     """
 
     def __init__(self, db: Broker, queue_name: str, queue_id: int, procedure_name: str, procedure: Procedure,
-                 activity: Activity, on_end: Callable[[Reader], None]) -> None:
+                 activity: Activity, on_end: Callable[[Reader], None], session: int) -> None:
         self.db = db
+        self.session = session  # its task row's spid (``Backend.session``)
         self.queue_name = queue_name
         self.queue_id = queue_id
         self.procedure_name = procedure_name
@@ -126,7 +126,7 @@ class Reader:
         """Add this reader's sys.dm_broker_activated_tasks row in the caller's transaction."""
         ctx.conn.execute(insert(ActivatedTask).values(
             task_id=self.task_id, queue_id=self.queue_id, procedure_name=self.procedure_name,
-            process_id=os.getpid(), start_time=self.start_time))
+            process_id=self.session, start_time=self.start_time))
 
     def observe(self, queue: str, unfiltered: bool, call: Callable[[], T]) -> T:
         """This thread's receive watcher: report RECEIVEs without WHERE on the reader's queue."""
@@ -180,27 +180,13 @@ def task_count(ctx: TxContext, queue_id: int) -> int:
 
 
 def forget_dead_tasks(ctx: TxContext) -> bool:
-    """Delete task rows left by processes that no longer exist, in the caller's transaction.
-
-    Only where every reader runs on this machine (SQLite, see ``broker.backends``) under
-    POSIX, where ``os.kill(pid, 0)`` tells whether a process exists. Returns whether it
-    deleted any.
+    """Delete task rows left by runtimes that no longer run (their ``spid`` session has
+    ended, see ``Backend.ended_sessions``), in the caller's transaction. Returns whether
+    it deleted any.
     """
-    if not ctx.state.backend.processes_are_local or os.name != "posix":
-        return False
-    pids = ctx.conn.execute(select(ActivatedTask.process_id).distinct()).scalars().all()
-    dead = [pid for pid in pids if not _process_exists(pid)]
+    sessions = list(ctx.conn.execute(select(ActivatedTask.process_id).distinct()).scalars())
+    dead = ctx.state.backend.ended_sessions(ctx.conn, sessions)
     if dead:
         ctx.conn.execute(delete(ActivatedTask).where(ActivatedTask.process_id.in_(dead)))
-        log.info("removed activated task rows of ended processes %s", dead)
+        log.info("removed activated task rows of ended runtimes %s", dead)
     return bool(dead)
-
-
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process
-    return True

@@ -16,13 +16,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from datetime import UTC, datetime
 from typing import Any
 
 import activation_procs
 import pytest
 from click.testing import CliRunner, Result
-from sqlalchemy import insert
+from sqlalchemy import insert, text
 from support import (
     CONTRACT,
     INITIATOR_QUEUE,
@@ -33,7 +34,6 @@ from support import (
     TARGET_SERVICE,
     endpoint,
     open_dialog,
-    sqlite_only,
     target_handle,
     wait_until,
 )
@@ -136,7 +136,7 @@ def test_internal_activation_tutorial(tutorial: broker.Broker, runtime: Runtime)
     initiator = open_dialog(tutorial)
 
     [task] = wait_until(lambda: tasks(tutorial))  # type: ignore[misc]
-    assert task["spid"] == os.getpid()
+    assert_spid_of_a_running_runtime(tutorial, task["spid"])
     assert task["queue_id"] == queue_id(tutorial, TARGET_QUEUE)
     assert task["procedure_name"] == "activation_procs:target_proc"
     wait_until(lambda: state(tutorial) == activation.NOTIFIED)
@@ -168,19 +168,51 @@ def test_internal_activation_tutorial(tutorial: broker.Broker, runtime: Runtime)
     assert monitor(tutorial) is None and not tasks(tutorial)  # no monitor without a runtime
 
 
-@sqlite_only  # readers of a PostgreSQL database may run on other hosts: no process id to check
-def test_task_rows_of_ended_processes_are_removed_when_a_runtime_starts(tutorial: broker.Broker) -> None:
-    ended = subprocess.Popen([sys.executable, "-c", "pass"])
-    ended.wait()
-    target = queue_id(tutorial, TARGET_QUEUE)
-    with tutorial.transaction() as tx:
-        for pid in (ended.pid, os.getppid()):
-            tx.connection.execute(insert(ActivatedTask).values(
-                task_id=uuid.uuid4(), queue_id=target, procedure_name="p", process_id=pid,
-                start_time=datetime.now(UTC)))
-    with tutorial.runtime(poll_interval=0.05):
-        wait_until(lambda: len(tasks(tutorial)) == 1)
-    assert [row["spid"] for row in tasks(tutorial)] == [os.getppid()]  # a live process keeps its row
+def assert_spid_of_a_running_runtime(db: broker.Broker, spid: int) -> None:
+    """SQLite: the runtime's process id. PostgreSQL: a session the server has (the
+    runtime's own, since runtimes may run on other hosts)."""
+    if db.engine.dialect.name == "sqlite":
+        assert spid == os.getpid()
+        return
+    assert _session_count(db, spid) == 1
+
+
+def ended_and_live_session(db: broker.Broker, stack: ExitStack) -> tuple[int, int]:
+    """A task spid whose runtime has ended and one whose runtime still runs (while ``stack`` is open)."""
+    if db.engine.dialect.name == "sqlite":
+        ended = subprocess.Popen([sys.executable, "-c", "pass"])
+        ended.wait()
+        return ended.pid, os.getppid()
+    pid_sql = text("SELECT pg_backend_pid()")
+    live = stack.enter_context(db.engine.connect())
+    live_pid = live.execute(pid_sql).scalar_one()
+    gone = db.engine.raw_connection()
+    gone.detach()  # closed for good, not handed back to the pool
+    cursor = gone.cursor()
+    cursor.execute("SELECT pg_backend_pid()")
+    ended_pid = cursor.fetchone()[0]
+    gone.close()
+    wait_until(lambda: _session_count(db, ended_pid) == 0)
+    return ended_pid, live_pid
+
+
+def _session_count(db: broker.Broker, pid: int) -> int:
+    with db.engine.connect() as conn:
+        return int(conn.execute(text("SELECT count(*) FROM pg_stat_activity WHERE pid = :p"), {"p": pid}).scalar_one())
+
+
+def test_task_rows_of_ended_runtimes_are_removed_when_a_runtime_starts(tutorial: broker.Broker) -> None:
+    with ExitStack() as stack:
+        ended, live = ended_and_live_session(tutorial, stack)
+        target = queue_id(tutorial, TARGET_QUEUE)
+        with tutorial.transaction() as tx:
+            for spid in (ended, live):
+                tx.connection.execute(insert(ActivatedTask).values(
+                    task_id=uuid.uuid4(), queue_id=target, procedure_name="p", process_id=spid,
+                    start_time=datetime.now(UTC)))
+        with tutorial.runtime(poll_interval=0.05):
+            wait_until(lambda: len(tasks(tutorial)) == 1)
+        assert [row["spid"] for row in tasks(tutorial)] == [live]  # a live runtime keeps its row
 
 
 def test_max_queue_readers_is_never_exceeded(tutorial: broker.Broker, runtime: Runtime) -> None:

@@ -92,8 +92,10 @@ def get_conversation_group(ctx: TxContext, queue_name: str) -> uuid.UUID | None:
 def fire_due_work(ctx: TxContext, queue: QueueInfo) -> None:
     """Fire the queue's expired timers and lifetimes (the runtime does it on time).
 
-    One look at the earliest deadline in the database usually shows nothing is due; the
-    connection keeps that moment while nothing can have moved it (``broker.pending``).
+    One look at the earliest deadline in the database usually shows nothing is due.
+    Where no other transaction can commit meanwhile (SQLite), the connection keeps that
+    moment while nothing can have moved it (``broker.pending``); under READ COMMITTED
+    another transaction may set an earlier timer while a WAITFOR holds this one open.
     """
     kept = ctx.kept
     now = ctx.now()
@@ -101,7 +103,8 @@ def fire_due_work(ctx: TxContext, queue: QueueInfo) -> None:
         return
     earliest = scheduler.earliest_due(ctx)
     if now < earliest:
-        kept.next_due = earliest
+        if ctx.state.backend.snapshot_stays_current:
+            kept.next_due = earliest
         return
     scheduler.fire_due_timers(ctx, queue.id)
     scheduler.expire_lifetimes(ctx, queue.id)

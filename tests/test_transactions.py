@@ -10,7 +10,15 @@ from contextlib import nullcontext
 
 import pytest
 from sqlalchemy import Column, Integer, MetaData, String, Table, func, insert, select
-from support import CONTRACT, INITIATOR_SERVICE, REQUEST, TARGET_QUEUE, TARGET_SERVICE, open_dialog
+from support import (
+    CONTRACT,
+    INITIATOR_SERVICE,
+    REQUEST,
+    TARGET_QUEUE,
+    TARGET_SERVICE,
+    open_dialog,
+    target_handle,
+)
 
 import broker
 
@@ -224,3 +232,23 @@ def test_application_sql_after_a_send_ends_with_it(tutorial: broker.Broker, fail
     with tutorial.transaction() as tx:  # the connection is clean for the next transaction
         tx.send(handle, REQUEST, "<fourth/>")
     assert tutorial.queue_rows(TARGET_QUEUE)[-1].message_body == b"<fourth/>"
+
+
+# SQLite: no other transaction commits while this one holds the write lock.
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_a_receive_fires_a_timer_another_transaction_set_since_the_last(tutorial: broker.Broker,
+                                                                        db_url: str) -> None:
+    """Under READ COMMITTED a transaction sees timers committed since its last RECEIVE."""
+    handle = open_dialog(tutorial)
+    with tutorial.transaction() as tx:
+        tx.receive(TARGET_QUEUE)
+    other = broker.connect(db_url)
+    try:
+        with tutorial.transaction() as tx:
+            assert tx.receive(TARGET_QUEUE) == []  # nothing ready, nothing due
+            with other.transaction() as setter:
+                setter.begin_conversation_timer(target_handle(other, handle), 0)
+            [timer] = tx.receive(TARGET_QUEUE)
+        assert timer.message_type_name == "http://schemas.microsoft.com/SQL/ServiceBroker/DialogTimer"
+    finally:
+        other.dispose()

@@ -1,11 +1,10 @@
 """Worker processes for the group-lock proof (run as scripts, not collected).
 
 setup URL
-    Creates the queue (poison-message handling OFF: the readers roll back on purpose)
-    and the two services.
+    ``mp_workers.setup`` with poison-message handling OFF: the readers roll back on purpose.
 producer URL FIRST COUNT MESSAGES DONE_FILE
-    Begins COUNT dialogs, numbered from FIRST, and sends MESSAGES messages on each,
-    interleaved, one message per transaction; then creates DONE_FILE.
+    ``mp_workers.producer``: COUNT dialogs, numbered from FIRST, MESSAGES messages on
+    each, interleaved, one per transaction; then creates DONE_FILE.
 reader URL OUT_FILE HOLDS_DIR SEED DONE_FILE...
     Receives TOP(10) with WAITFOR in a loop until every DONE_FILE exists and the queue
     is empty. Between RECEIVE and commit it "holds" the group: it creates
@@ -25,38 +24,11 @@ import os
 import random
 import sys
 import time
-from pathlib import Path
+
+import mp_workers
+from mp_workers import QUEUE, RolledBackOnPurpose
 
 import broker
-
-QUEUE = "ProofQueue"
-TARGET = "//proof/Target"
-INITIATOR = "//proof/Initiator"
-
-
-class RolledBackOnPurpose(Exception):
-    pass
-
-
-def setup(url: str) -> None:
-    db = broker.connect(url)
-    db.create_queue(QUEUE, poison_message_handling=False)
-    db.create_queue("ProofInitiatorQueue")
-    db.create_service(TARGET, QUEUE, ["DEFAULT"])
-    db.create_service(INITIATOR, "ProofInitiatorQueue")
-    db.dispose()
-
-
-def producer(url: str, first: int, count: int, messages: int, done_file: str) -> None:
-    db = broker.connect(url)
-    with db.transaction() as tx:
-        handles = [tx.begin_dialog(INITIATOR, TARGET) for _ in range(count)]
-    for seq in range(messages):
-        for number, handle in enumerate(handles, start=first):
-            with db.transaction() as tx:
-                tx.send(handle, body=f"{number}:{seq}")
-    Path(done_file).touch()
-    db.dispose()
 
 
 def reader(url: str, out_file: str, holds_dir: str, seed: int, done_files: list[str]) -> None:
@@ -107,9 +79,9 @@ def _hold(tx: broker.Transaction, got: list[broker.Message], holds_dir: str) -> 
 if __name__ == "__main__":
     role, *args = sys.argv[1:]
     if role == "setup":
-        setup(args[0])
+        mp_workers.setup(args[0], poison_message_handling=False)
     elif role == "producer":
-        producer(args[0], int(args[1]), int(args[2]), int(args[3]), args[4])
+        mp_workers.producer(args[0], int(args[2]), int(args[3]), args[4], first=int(args[1]))
     elif role == "reader":
         reader(args[0], args[1], args[2], int(args[3]), args[4:])
     else:

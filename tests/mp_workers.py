@@ -21,6 +21,7 @@ import time
 import broker
 
 QUEUE = "TargetQueue"
+INITIATOR_QUEUE = "InitiatorQueue"
 TARGET = "//mp/Target"
 INITIATOR = "//mp/Initiator"
 
@@ -29,21 +30,22 @@ class RolledBackOnPurpose(Exception):
     pass
 
 
-def setup(url: str) -> None:
+def setup(url: str, *, poison_message_handling: bool = True) -> None:
     db = broker.connect(url)
-    db.create_queue(QUEUE)
-    db.create_queue("InitiatorQueue")
+    db.create_queue(QUEUE, poison_message_handling=poison_message_handling)
+    db.create_queue(INITIATOR_QUEUE)
     db.create_service(TARGET, QUEUE, ["DEFAULT"])
-    db.create_service(INITIATOR, "InitiatorQueue")
+    db.create_service(INITIATOR, INITIATOR_QUEUE)
     db.dispose()
 
 
-def producer(url: str, conversations: int, messages: int, done_file: str) -> None:
+def producer(url: str, conversations: int, messages: int, done_file: str, first: int = 0) -> None:
+    """Bodies are "<conversation number>:<sequence>", conversations numbered from ``first``."""
     db = broker.connect(url)
     with db.transaction() as tx:
         handles = [tx.begin_dialog(INITIATOR, TARGET) for _ in range(conversations)]
     for seq in range(messages):
-        for number, handle in enumerate(handles):
+        for number, handle in enumerate(handles, start=first):
             with db.transaction() as tx:
                 tx.send(handle, body=f"{number}:{seq}")
     open(done_file, "w").close()

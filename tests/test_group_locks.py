@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mp_workers import INITIATOR_QUEUE, QUEUE
 
 import broker
 
@@ -79,8 +80,8 @@ def _check(records: list[dict[str, Any]], url: str, conversations: int, messages
 
     db = broker.connect(url)
     try:
-        assert db.queue_counts("ProofQueue") == {}, "messages left behind"
-        replies = [row.message_body for row in db.iter_queue_rows("ProofInitiatorQueue")]
+        assert db.queue_counts(QUEUE) == {}, "messages left behind"
+        replies = [row.message_body for row in db.iter_queue_rows(INITIATOR_QUEUE)]
     finally:
         db.dispose()
     assert sorted(replies) == sorted(f"ack:{r['bodies'][-1]}".encode() for r in committed)

@@ -249,18 +249,18 @@ class PostgresBackend(Backend):
     name = "postgresql"
     snapshot_stays_current = False
 
-    def data_version(self, conn: Connection) -> int | None:
-        return None  # every transaction reads afresh (and takes its row locks)
-
-    def begin_on_driver(self, conn: Connection) -> bool:
-        return False
-
     def __init__(self) -> None:
         self._listener: _Listener | None = None
         self._lock = threading.Lock()
 
     def configure(self, engine: Engine) -> None:
         """READ COMMITTED, the server's default: each statement sees the latest commits."""
+
+    def data_version(self, conn: Connection) -> int | None:
+        return None  # every transaction reads afresh (and takes its row locks)
+
+    def begin_on_driver(self, conn: Connection) -> bool:
+        return False
 
     def database_key(self, engine: Engine) -> str:
         return engine.url.render_as_string(hide_password=True)

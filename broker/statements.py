@@ -27,7 +27,7 @@ Processor = Callable[[Any], Any] | None
 
 
 class _Compiled:
-    __slots__ = ("sql", "order", "binds", "defaults", "parameters", "results")
+    __slots__ = ("sql", "parameters", "results")
 
     def __init__(self, statement: ClauseElement, dialect: Dialect) -> None:
         compiled = statement.compile(dialect=dialect)
@@ -37,18 +37,15 @@ class _Compiled:
             raise ValueError("a prepared statement cannot hold an expanding IN (...) list: " + self.sql)
         # Positional paramstyles (SQLite's qmark) need the values in this order; named
         # ones (psycopg's pyformat) take a mapping.
-        self.order: tuple[str, ...] | None = tuple(compiled.positiontup) if compiled.positiontup else None
+        order = tuple(compiled.positiontup) if compiled.positiontup else None
         named = {name: bind for bind, name in compiled.bind_names.items()}
-        self.binds: dict[str, Processor] = {
+        binds: dict[str, Processor] = {
             name: bind.type.dialect_impl(dialect).bind_processor(dialect) for name, bind in named.items()
         }
         # Literals in the statement (``status == 1``, ``LIMIT 1``) compile to parameters
         # too; they carry their own values.
-        self.defaults: dict[str, Any] = {
-            name: bind.effective_value for name, bind in named.items() if not bind.required
-        }
-        self.parameters: Callable[[Mapping[str, Any]], Sequence[Any] | dict[str, Any]] = _parameter_builder(
-            self.order, self.binds, self.defaults)
+        defaults = {name: bind.effective_value for name, bind in named.items() if not bind.required}
+        self.parameters = _parameter_builder(order, binds, defaults)
         columns = getattr(statement, "selected_columns", None)
         if columns is None:
             returning = getattr(statement, "_returning", ())

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
 from sqlalchemy import Row, Table, bindparam, delete, exists, insert, select, update
 from sqlalchemy.engine import Connection
@@ -36,8 +37,14 @@ def as_handle(value: object) -> uuid.UUID:
         raise ConversationNotFoundError(value) from None
 
 
-class Endpoint(NamedTuple):
-    """One row of ``sb_conversation_endpoints`` (columns in table order)."""
+@dataclass(slots=True, eq=False)
+class Endpoint:
+    """One row of ``sb_conversation_endpoints`` (columns in table order).
+
+    Mutable: SEND and delivery advance the sequence numbers and state of the row kept
+    for the transaction in place (``advance_send``, ``advance_receive``), once per
+    message, and ``broker.pending`` writes them back once.
+    """
 
     conversation_handle: uuid.UUID
     conversation_id: uuid.UUID
@@ -117,14 +124,14 @@ def find_endpoint(ctx: TxContext, handle: uuid.UUID) -> Endpoint | None:
     endpoint = kept.endpoints.get(handle.int)
     if endpoint is None:
         for row in _CONVERSATION_OF_HANDLE.all(ctx.conn, p_handle=handle):
-            kept.keep_read(Endpoint._make(row))
+            kept.keep_read(Endpoint(*row))
         endpoint = kept.endpoints.get(handle.int)
     return endpoint
 
 
 def endpoints_where(ctx: TxContext, *conditions: Any) -> list[Endpoint]:
     """Endpoints matching SQLAlchemy ``conditions`` (for the rarer, set-wise paths)."""
-    return [Endpoint._make(row) for row in ctx.conn.execute(select(endpoints).where(*conditions))]
+    return [Endpoint(*row) for row in ctx.conn.execute(select(endpoints).where(*conditions))]
 
 
 def peer_of(ctx: TxContext, endpoint: Endpoint) -> Endpoint | None:
@@ -135,29 +142,21 @@ def peer_of(ctx: TxContext, endpoint: Endpoint) -> Endpoint | None:
         return peer
     row = _BY_CONVERSATION.first(ctx.conn, p_conversation=endpoint.conversation_id,
                                  p_initiator=not endpoint.is_initiator)
-    return None if row is None else kept.keep_read(Endpoint._make(row))
+    return None if row is None else kept.keep_read(Endpoint(*row))
 
 
-_STATE, _SEND_SEQUENCE, _RECEIVE_SEQUENCE = (
-    Endpoint._fields.index(name) for name in ("state", "send_sequence", "receive_sequence"))
-
-
-def advance_send(ctx: TxContext, endpoint: Endpoint, state: str) -> Endpoint:
+def advance_send(ctx: TxContext, endpoint: Endpoint, state: str) -> None:
     """Count one more sequenced message sent and set the state (written back later)."""
-    return ctx.kept.change(_replaced(endpoint, state, _SEND_SEQUENCE, endpoint.send_sequence + 1))
+    endpoint.send_sequence += 1
+    endpoint.state = state
+    ctx.kept.changed(endpoint)
 
 
-def advance_receive(ctx: TxContext, endpoint: Endpoint, next_sequence: int, state: str) -> Endpoint:
+def advance_receive(ctx: TxContext, endpoint: Endpoint, next_sequence: int, state: str) -> None:
     """Record the next sequence number expected and set the state (written back later)."""
-    return ctx.kept.change(_replaced(endpoint, state, _RECEIVE_SEQUENCE, next_sequence))
-
-
-def _replaced(endpoint: Endpoint, state: str, index: int, sequence: int) -> Endpoint:
-    # ``NamedTuple._replace`` by keyword costs several times this, once per message.
-    values = list(endpoint)
-    values[_STATE] = state
-    values[index] = sequence
-    return Endpoint._make(values)
+    endpoint.receive_sequence = next_sequence
+    endpoint.state = state
+    ctx.kept.changed(endpoint)
 
 
 def write_back(conn: Connection, changed: list[Endpoint]) -> None:
@@ -208,7 +207,7 @@ def create_endpoint(
         is_system=False, held_messages=0, transmission_status="",
         create_date=ctx.now(), closed_date=None,
     )
-    ctx.conn.execute(insert(endpoints).values(**endpoint._asdict()))
+    ctx.conn.execute(insert(endpoints).values({f.name: getattr(endpoint, f.name) for f in fields(Endpoint)}))
     return endpoint
 
 

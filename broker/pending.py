@@ -65,12 +65,12 @@ class Pending:
         self.by_conversation[(endpoint.conversation_id.int, endpoint.is_initiator)] = endpoint
         return endpoint
 
-    def change(self, endpoint: Endpoint) -> Endpoint:
-        """Keep a new version of a kept endpoint, to be written back."""
-        handle = endpoint.conversation_handle.int
-        self.endpoints[handle] = self.dirty[handle] = endpoint
-        self.by_conversation[(endpoint.conversation_id.int, endpoint.is_initiator)] = endpoint
-        return endpoint
+    def changed(self, endpoint: Endpoint) -> None:
+        """``endpoint`` was changed in place: write it back, and keep it, so that every
+        endpoint with a held-back change is served from here (one made in this
+        transaction, or kept before a foreign statement dropped the kept rows, is not
+        kept yet)."""
+        self.dirty[self.keep(endpoint).conversation_handle.int] = endpoint
 
     def keep_read(self, endpoint: Endpoint) -> Endpoint:
         """Keep a row just read, unless a (possibly changed) copy is kept already."""

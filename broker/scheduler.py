@@ -92,7 +92,7 @@ def fire_due_timers(ctx: TxContext, queue_id: int | None = None) -> list[ep.Endp
     now = ctx.now()
     rows = (_DUE_TIMERS.all(ctx.conn, p_now=now) if queue_id is None
             else _DUE_TIMERS_OF_QUEUE.all(ctx.conn, p_now=now, p_queue=queue_id))
-    fired = [ep.Endpoint._make(row) for row in rows]
+    fired = [ep.Endpoint(*row) for row in rows]
     for endpoint in fired:
         ep.set_endpoint(ctx, endpoint.conversation_handle, dialog_timer=None)
         deliver_system_message(ctx, endpoint, DIALOG_TIMER_ID, None)
@@ -107,7 +107,7 @@ def expire_lifetimes(ctx: TxContext, queue_id: int | None = None) -> list[ep.End
     now = ctx.now()
     rows = (_EXPIRED.all(ctx.conn, p_now=now) if queue_id is None
             else _EXPIRED_OF_QUEUE.all(ctx.conn, p_now=now, p_queue=queue_id))
-    expired = [ep.Endpoint._make(row) for row in rows]
+    expired = [ep.Endpoint(*row) for row in rows]
     for endpoint in expired:
         broker_error(ctx, endpoint, LIFETIME_EXPIRED, LIFETIME_TEXT)
     return expired

@@ -70,7 +70,10 @@ class Pending:
         endpoint with a held-back change is served from here (one made in this
         transaction, or kept before a foreign statement dropped the kept rows, is not
         kept yet)."""
-        self.dirty[self.keep(endpoint).conversation_handle.int] = endpoint
+        handle = endpoint.conversation_handle.int
+        if self.endpoints.get(handle) is not endpoint:
+            self.keep(endpoint)
+        self.dirty[handle] = endpoint
 
     def keep_read(self, endpoint: Endpoint) -> Endpoint:
         """Keep a row just read, unless a (possibly changed) copy is kept already."""

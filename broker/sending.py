@@ -6,6 +6,7 @@ one handle sends nothing on any of them (SQL Server's multicast SEND is atomic).
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 
 from broker import endpoints as ep
@@ -20,8 +21,8 @@ RETAINED_SENT = 3  # queue status of the sender's retained copy
 
 def as_body(body: object) -> bytes | None:
     """A message body as bytes: str is UTF-8 encoded; None is an empty message."""
-    if body is None:
-        return None
+    if type(body) is bytes or body is None:  # the usual cases first: once per message
+        return body
     if isinstance(body, str):
         return body.encode("utf-8")
     if isinstance(body, (bytes, bytearray, memoryview)):
@@ -55,6 +56,8 @@ def send(ctx: TxContext, handles: object, message_type: str, body: object) -> No
 
 
 def _handle_list(handles: object) -> list[object]:
+    if isinstance(handles, uuid.UUID):  # one handle, as returned by begin_dialog
+        return [handles]
     if handles is None:
         raise BrokerError(8418)
     if isinstance(handles, (str, bytes)) or not isinstance(handles, Iterable):

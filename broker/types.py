@@ -68,8 +68,11 @@ def _utc_text(value: datetime | None) -> str | None:
         return None
     # SQLAlchemy's SQLite DATETIME storage format ("2026-11-22 23:59:59.000123"), so
     # stored text and SQL comparisons on it are unchanged: ISO text without the offset.
-    if value.tzinfo is UTC:  # what the broker itself writes: one C call
-        return value.isoformat(" ", "microseconds")[:-6]
+    if value.tzinfo is UTC:  # what the broker itself writes, once per message
+        # isoformat's timespec argument costs more than the formatting itself; without
+        # it a whole second has no fraction, which the storage format still spells out.
+        text = value.isoformat(" ")[:-6]
+        return text if value.microsecond else text + ".000000"
     return _as_utc(value).replace(tzinfo=None).isoformat(" ", "microseconds")
 
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from sqlalchemy.engine import Connection, Dialect
-from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql import ClauseElement, Insert
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import Executable
 
@@ -26,8 +26,12 @@ from broker.pending import INFO_KEY, Pending, flush
 Processor = Callable[[Any], Any] | None
 
 
+# Parameters per multi-row INSERT: the limit of SQLite builds before 3.32.
+MAX_PARAMETERS = 999
+
+
 class _Compiled:
-    __slots__ = ("sql", "parameters", "results")
+    __slots__ = ("sql", "parameters", "results", "_values_row", "_insert_sql", "_max_rows")
 
     def __init__(self, statement: ClauseElement, dialect: Dialect) -> None:
         compiled = statement.compile(dialect=dialect)
@@ -38,6 +42,18 @@ class _Compiled:
         # Positional paramstyles (SQLite's qmark) need the values in this order; named
         # ones (psycopg's pyformat) take a mapping.
         order = tuple(compiled.positiontup) if compiled.positiontup else None
+        # A one-row INSERT with positional parameters can be repeated as a multi-row
+        # INSERT: SQLite then runs one statement for many rows instead of one per row,
+        # and updates an AUTOINCREMENT counter once. (psycopg's executemany already
+        # pipelines its statements.)
+        head, values, row = self.sql.rpartition(" VALUES ")
+        self._values_row = (head + values, row) if (
+            isinstance(statement, Insert) and order is not None and values and row.startswith("(")
+            and row.endswith(")") and "(" not in row[1:]
+        ) else None
+        self._insert_sql: dict[int, str] = {}
+        # A power of two (see ``execute_many``), 64 rows of a queue table's 12 columns.
+        self._max_rows = 1 << min(6, (MAX_PARAMETERS // max(1, len(order or ()))).bit_length() - 1)
         named = {name: bind for bind, name in compiled.bind_names.items()}
         binds: dict[str, Processor] = {
             name: bind.type.dialect_impl(dialect).bind_processor(dialect) for name, bind in named.items()
@@ -57,6 +73,28 @@ class _Compiled:
     def rows(self, raw: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         convert = self.results
         return raw if convert is None else [convert(row) for row in raw]
+
+    def execute_many(self, cursor: Any, parameters: list[Any]) -> None:
+        """Run once per parameter set; an INSERT that can take many rows takes up to
+        64 at a time, in order (SQLite inserts the rows of a VALUES list in the order
+        they are listed)."""
+        if self._values_row is None or len(parameters) == 1:
+            cursor.executemany(self.sql, parameters)
+            return
+        start, total = 0, len(parameters)
+        while start < total:
+            # Powers of two: a handful of statement texts per table for the driver's cache.
+            size = min(self._max_rows, 1 << ((total - start).bit_length() - 1))
+            cursor.execute(self._insert_for(size), [v for row in parameters[start:start + size] for v in row])
+            start += size
+
+    def _insert_for(self, rows: int) -> str:
+        sql = self._insert_sql.get(rows)
+        if sql is None:
+            assert self._values_row is not None
+            head, row = self._values_row
+            sql = self._insert_sql[rows] = head + ", ".join([row] * rows)
+        return sql
 
 
 def _parameter_builder(
@@ -164,7 +202,7 @@ class Prepared:
         if not values:
             return
         compiled = self._compiled(conn.dialect)
-        _cursor(conn, flush_first).executemany(compiled.sql, [compiled.parameters(v) for v in values])
+        compiled.execute_many(_cursor(conn, flush_first), [compiled.parameters(v) for v in values])
 
 
 def _cursor(conn: Connection, flush_first: bool = False) -> Any:

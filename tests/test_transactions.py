@@ -252,3 +252,24 @@ def test_a_receive_fires_a_timer_another_transaction_set_since_the_last(tutorial
         assert timer.message_type_name == "http://schemas.microsoft.com/SQL/ServiceBroker/DialogTimer"
     finally:
         other.dispose()
+
+
+def test_many_sends_in_one_transaction_queue_in_the_order_they_were_sent(tutorial: broker.Broker) -> None:
+    # 2 x 101 rows: written in several multi-row INSERTs (64 + 32 + ...) at commit on
+    # SQLite, which must not reorder them, across conversations too.
+    dialogs = [open_dialog(tutorial), open_dialog(tutorial)]
+    targets = [target_handle(tutorial, handle) for handle in dialogs]
+    with tutorial.transaction() as tx:  # take the opening requests
+        for target in targets:
+            tx.receive(TARGET_QUEUE, conversation_handle=target)
+    sent = []
+    with tutorial.transaction() as tx:
+        for n in range(101):
+            for handle, target in zip(dialogs, targets, strict=True):
+                body = f"<n>{n}</n>"
+                tx.send(handle, REQUEST, body)
+                sent.append((target, n + 1, body.encode()))
+    rows = tutorial.queue_rows(TARGET_QUEUE)
+    assert [(r.conversation_handle, r.message_sequence_number, r.message_body) for r in rows] == sent
+    orders = [r.queuing_order for r in rows]
+    assert orders == sorted(set(orders))

@@ -83,14 +83,12 @@ def enqueue(
     status: int = 1,
 ) -> None:
     """Insert one message for ``receiver`` into ``queue`` (already checked to accept it)."""
-    queue_statements(queue.table_name).insert.defer(
-        ctx.kept, p_status=status, p_priority=receiver.priority,
-        p_conversation_group_id=receiver.conversation_group_id,
-        p_conversation_handle=receiver.conversation_handle, p_message_sequence_number=sequence,
-        p_service_id=receiver.service_id, p_service_contract_id=receiver.service_contract_id,
-        p_message_type_id=message_type_id, p_validation=ctx.catalog.message_types[message_type_id].validation,
-        p_message_body=body, p_message_enqueue_time=ctx.now(), p_receive_rank=_rank(message_type_id),
-    )
+    # A QueueRow's fields after queuing_order, which the database assigns.
+    queue_statements(queue.table_name).insert.defer(ctx.kept, (
+        status, receiver.priority, receiver.conversation_group_id, receiver.conversation_handle, sequence,
+        receiver.service_id, receiver.service_contract_id, message_type_id,
+        ctx.catalog.message_types[message_type_id].validation, body, ctx.now(), _rank(message_type_id),
+    ))
     if status == 1 and queue.id not in ctx.touched_queues:
         ctx.touched_queues.add(queue.id)
         ctx.state.backend.enqueued(ctx.conn, queue.id)  # wakes other processes at commit

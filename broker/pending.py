@@ -45,8 +45,8 @@ class Pending:
                  "next_due", "_began_at")
 
     def __init__(self) -> None:
-        # statement (a ``Prepared``) -> parameter sets, in arrival order
-        self.inserts: dict[Any, list[dict[str, Any]]] = {}
+        # statement (a ``Prepared``) -> rows of values, in arrival order
+        self.inserts: dict[Any, list[tuple[Any, ...]]] = {}
         # Keyed by ``UUID.int``: hashing a UUID object runs Python code, and these
         # dictionaries are looked up several times per message sent.
         self.endpoints: dict[int, Endpoint] = {}  # by handle

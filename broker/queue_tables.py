@@ -141,7 +141,7 @@ class QueueRow(NamedTuple):
 class QueueStatements:
     """The prepared statements of one queue's hot path."""
 
-    insert: Prepared
+    insert: Prepared  # values: every column but queuing_order, in table order
     next_ready: Prepared  # (group, conversation) holding the next message to serve
     ready_candidates: Prepared  # the same order, p_limit rows from p_offset (group locking)
     first_of_group: Prepared  # (conversation,) of a group's next message to serve
@@ -153,6 +153,10 @@ class QueueStatements:
     all_next_conversation_rows: Prepared
     delete_row: Prepared
     mark_received: Prepared  # RETENTION: status 0 instead of deleting
+
+
+# What a SEND writes: every column but the queuing order the database assigns.
+_INSERTED = QueueRow._fields[1:]
 
 
 @cache
@@ -177,9 +181,7 @@ def queue_statements(table_name: str) -> QueueStatements:
         .order_by(t.c.receive_rank, t.c.message_sequence_number, t.c.queuing_order)
     )
     return QueueStatements(
-        insert=Prepared(insert(t).values(
-            {c.name: bindparam(f"p_{c.name}") for c in t.columns if c.name != "queuing_order"}
-        )),
+        insert=Prepared(insert(t).values({name: bindparam(name) for name in _INSERTED}), positional=_INSERTED),
         next_ready=Prepared(serve_order.limit(1)),
         ready_candidates=Prepared(serve_order.limit(bindparam("p_limit")).offset(bindparam("p_offset"))),
         first_of_group=Prepared(

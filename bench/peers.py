@@ -217,17 +217,23 @@ class RawBrokerWritesPeer:
     _HANDLE = "6f1c2d3e-4b5a-4c6d-8e7f-9a0b1c2d3e4f"
     _PEER = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
     _GROUP = "9e8d7c6b-5a4f-4e3d-8c2b-1a0f9e8d7c6b"
+    # The queue table as the broker lays it out; ``bench/storage.py`` measures variants.
+    AUTOINCREMENT = True
+    INDEXES = {
+        "q_ready": "status, priority DESC, queuing_order",
+        "q_group": "grp, status, priority DESC, queuing_order",
+        "q_conversation": "handle, status, seq",
+    }
 
     def __init__(self, directory: Path) -> None:
         self._conn = sqlite3.connect(str(directory / "floor.db"), isolation_level=None)
         force_full(self._conn)
+        key = "INTEGER PRIMARY KEY AUTOINCREMENT" if self.AUTOINCREMENT else "INTEGER PRIMARY KEY"
         self._conn.executescript(
-            "CREATE TABLE q (queuing_order INTEGER PRIMARY KEY AUTOINCREMENT, status INT, priority INT,"
-            " grp TEXT, handle TEXT, seq INT, body BLOB);"
-            "CREATE INDEX q_ready ON q (status, priority DESC, queuing_order);"
-            "CREATE INDEX q_group ON q (grp, status, priority DESC, queuing_order);"
-            "CREATE INDEX q_conversation ON q (handle, status, seq);"
-            "CREATE TABLE e (handle TEXT PRIMARY KEY, send_sequence INT, receive_sequence INT);"
+            f"CREATE TABLE q (queuing_order {key}, status INT, priority INT, grp TEXT, handle TEXT, seq INT,"
+            " body BLOB);"
+            + "".join(f"CREATE INDEX {name} ON q ({columns});" for name, columns in self.INDEXES.items())
+            + "CREATE TABLE e (handle TEXT PRIMARY KEY, send_sequence INT, receive_sequence INT);"
         )
         self._conn.executemany("INSERT INTO e VALUES (?, 0, 0)", [(self._HANDLE,), (self._PEER,)])
         self._seq = 0

@@ -52,7 +52,7 @@ class _Compiled:
             and row.endswith(")") and "(" not in row[1:]
         ) else None
         self._insert_sql: dict[int, str] = {}
-        # A power of two (see ``execute_many``), 64 rows of a queue table's 12 columns.
+        # A power of two (see ``execute_many``): 64 rows of a queue table's 12 columns.
         self._max_rows = 1 << min(6, (MAX_PARAMETERS // max(1, len(order or ()))).bit_length() - 1)
         named = {name: bind for bind, name in compiled.bind_names.items()}
         binds: dict[str, Processor] = {
@@ -114,11 +114,11 @@ def _parameter_builder(
     namespace: dict[str, Any] = {}
     items = []
     for index, name in enumerate(names):
-        if positions is not None:
+        if positions is not None and name in positions:
             value = f"v[{positions[name]}]"
-        elif name in defaults:
+        elif name in defaults:  # a literal; by keyword, a caller may still pass a value
             namespace[f"d{index}"] = defaults[name]
-            value = f"v.get({name!r}, d{index})"
+            value = f"d{index}" if positions is not None else f"v.get({name!r}, d{index})"
         else:
             value = f"v[{name!r}]"
         if binds.get(name) is not None:

@@ -20,18 +20,80 @@ from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.sql import ClauseElement, Insert
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import Executable
+from sqlalchemy.types import LargeBinary, String, TypeDecorator, TypeEngine
 
 from broker.pending import INFO_KEY, Pending, flush
 
 Processor = Callable[[Any], Any] | None
 
 
-# Parameters per multi-row INSERT: the limit of SQLite builds before 3.32.
-MAX_PARAMETERS = 999
+class _MultiRowInsert:
+    """A one-row INSERT with positional parameters, repeated as a multi-row INSERT.
+
+    SQLite then runs one statement for many rows instead of one per row, and updates an
+    AUTOINCREMENT counter once; it inserts the rows of a VALUES list in the order they
+    are listed. (psycopg's ``executemany`` already pipelines its statements.)
+
+    A statement takes at most 64 rows (fewer when they have many columns: SQLite builds
+    before 3.32 allow 999 parameters), and at most ``BUDGET`` bytes of blob and text
+    values unless it holds one row: SQLite copies every bound value, so a statement's
+    values are in memory twice until it has run.
+    """
+
+    MAX_PARAMETERS = 999
+    BUDGET = 1 << 20
+
+    __slots__ = ("_head", "_row", "_max_rows", "_sized", "_sql")
+
+    def __init__(self, head: str, row: str, columns: int, sized: tuple[int, ...]) -> None:
+        self._head, self._row = head, row
+        self._max_rows = 1 << min(6, (self.MAX_PARAMETERS // max(1, columns)).bit_length() - 1)
+        self._sized = sized  # positions of the blob and unbounded text values in a row
+        self._sql: dict[int, str] = {}
+
+    @classmethod
+    def of(cls, statement: ClauseElement, sql: str, order: tuple[str, ...] | None,
+           types: dict[str, TypeEngine[Any]]) -> _MultiRowInsert | None:
+        """The multi-row form of ``statement``, or None when it has none."""
+        head, values, row = sql.rpartition(" VALUES ")
+        if not (isinstance(statement, Insert) and order is not None and values and row.startswith("(")
+                and row.endswith(")") and "(" not in row[1:]):
+            return None
+        sized = tuple(i for i, name in enumerate(order) if _unbounded(types[name]))
+        return cls(head + values, row, len(order), sized)
+
+    def execute(self, cursor: Any, parameters: list[Sequence[Any]]) -> None:
+        start, total = 0, len(parameters)
+        while start < total:
+            size = self._rows_from(parameters, start)
+            cursor.execute(self._sql_for(size), [v for row in parameters[start:start + size] for v in row])
+            start += size
+
+    def _rows_from(self, parameters: list[Sequence[Any]], start: int) -> int:
+        # Powers of two: a handful of statement texts per table for the driver's cache.
+        size = min(self._max_rows, 1 << ((len(parameters) - start).bit_length() - 1))
+        sized = self._sized
+        while size > 1 and sized and sum(
+            len(row[i]) for row in parameters[start:start + size] for i in sized if row[i] is not None
+        ) > self.BUDGET:
+            size >>= 1
+        return size
+
+    def _sql_for(self, rows: int) -> str:
+        sql = self._sql.get(rows)
+        if sql is None:
+            sql = self._sql[rows] = self._head + ", ".join([self._row] * rows)
+        return sql
+
+
+def _unbounded(type_: TypeEngine[Any]) -> bool:
+    """Whether a column's values can be large: blobs and text without a length."""
+    impl = type_.impl_instance if isinstance(type_, TypeDecorator) else type_
+    return isinstance(impl, LargeBinary) or (isinstance(impl, String) and impl.length is None)
 
 
 class _Compiled:
-    __slots__ = ("sql", "parameters", "results", "_values_row", "_insert_sql", "_max_rows")
+    __slots__ = ("sql", "parameters", "results", "_multirow")
 
     def __init__(self, statement: ClauseElement, dialect: Dialect, positions: dict[str, int] | None) -> None:
         compiled = statement.compile(dialect=dialect)
@@ -42,19 +104,8 @@ class _Compiled:
         # Positional paramstyles (SQLite's qmark) need the values in this order; named
         # ones (psycopg's pyformat) take a mapping.
         order = tuple(compiled.positiontup) if compiled.positiontup else None
-        # A one-row INSERT with positional parameters can be repeated as a multi-row
-        # INSERT: SQLite then runs one statement for many rows instead of one per row,
-        # and updates an AUTOINCREMENT counter once. (psycopg's executemany already
-        # pipelines its statements.)
-        head, values, row = self.sql.rpartition(" VALUES ")
-        self._values_row = (head + values, row) if (
-            isinstance(statement, Insert) and order is not None and values and row.startswith("(")
-            and row.endswith(")") and "(" not in row[1:]
-        ) else None
-        self._insert_sql: dict[int, str] = {}
-        # A power of two (see ``execute_many``): 64 rows of a queue table's 12 columns.
-        self._max_rows = 1 << min(6, (MAX_PARAMETERS // max(1, len(order or ()))).bit_length() - 1)
         named = {name: bind for bind, name in compiled.bind_names.items()}
+        self._multirow = _MultiRowInsert.of(statement, self.sql, order, {n: b.type for n, b in named.items()})
         binds: dict[str, Processor] = {
             name: bind.type.dialect_impl(dialect).bind_processor(dialect) for name, bind in named.items()
         }
@@ -75,26 +126,11 @@ class _Compiled:
         return raw if convert is None else [convert(row) for row in raw]
 
     def execute_many(self, cursor: Any, parameters: list[Any]) -> None:
-        """Run once per parameter set; an INSERT that can take many rows takes up to
-        64 at a time, in order (SQLite inserts the rows of a VALUES list in the order
-        they are listed)."""
-        if self._values_row is None or len(parameters) == 1:
+        """Run once per parameter set (an INSERT of many rows: see ``_MultiRowInsert``)."""
+        if self._multirow is None or len(parameters) == 1:
             cursor.executemany(self.sql, parameters)
-            return
-        start, total = 0, len(parameters)
-        while start < total:
-            # Powers of two: a handful of statement texts per table for the driver's cache.
-            size = min(self._max_rows, 1 << ((total - start).bit_length() - 1))
-            cursor.execute(self._insert_for(size), [v for row in parameters[start:start + size] for v in row])
-            start += size
-
-    def _insert_for(self, rows: int) -> str:
-        sql = self._insert_sql.get(rows)
-        if sql is None:
-            assert self._values_row is not None
-            head, row = self._values_row
-            sql = self._insert_sql[rows] = head + ", ".join([row] * rows)
-        return sql
+        else:
+            self._multirow.execute(cursor, parameters)
 
 
 def _parameter_builder(

@@ -96,10 +96,9 @@ class Backend:
 
         @event.listens_for(engine, "begin")
         def _on_begin(conn: Any) -> None:
-            driver = conn.connection.dbapi_connection
             # Already begun on the driver (``begin_on_driver``): SQLAlchemy joins it.
-            if not driver.in_transaction:
-                driver.execute("BEGIN IMMEDIATE")
+            if not conn.connection.dbapi_connection.in_transaction:
+                self.begin_on_driver(conn)
 
     def begin_on_driver(self, conn: Connection) -> bool:
         """Begin ``conn``'s transaction on the driver, without SQLAlchemy's bookkeeping;

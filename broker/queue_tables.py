@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     BigInteger,
@@ -34,6 +34,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql import Select
 
 from broker.errors import BrokerError
 from broker.models import SYSNAME
@@ -159,34 +160,37 @@ class QueueStatements:
 _INSERTED = QueueRow._fields[1:]
 
 
+def serve_order_of(table: Any) -> tuple[Any, ...]:
+    """The order messages are served in: highest priority first, then the oldest."""
+    return table.c.priority.desc(), table.c.queuing_order
+
+
+def _rows_of(table: Any, handle: Any) -> Select[Any]:
+    """One conversation's ready rows in receive order."""
+    return (
+        select(table).where(table.c.conversation_handle == handle, table.c.status == 1)
+        .order_by(table.c.receive_rank, table.c.message_sequence_number, table.c.queuing_order)
+    )
+
+
 @cache
 def queue_statements(table_name: str) -> QueueStatements:
     t = queue_table(table_name)
     ready = t.c.status == 1
-    rows = (
-        select(t).where(t.c.conversation_handle == bindparam("p_handle"), ready)
-        .order_by(t.c.receive_rank, t.c.message_sequence_number, t.c.queuing_order)
-    )
+    rows = _rows_of(t, bindparam("p_handle"))
     serve_order = (
-        select(t.c.conversation_group_id, t.c.conversation_handle).where(ready)
-        .order_by(t.c.priority.desc(), t.c.queuing_order)
+        select(t.c.conversation_group_id, t.c.conversation_handle).where(ready).order_by(*serve_order_of(t))
     )
     n = t.alias("next_message")
-    next_handle = (
-        select(n.c.conversation_handle).where(n.c.status == 1)
-        .order_by(n.c.priority.desc(), n.c.queuing_order).limit(1).scalar_subquery()
-    )
-    next_rows = (
-        select(t).where(t.c.conversation_handle == next_handle, ready)
-        .order_by(t.c.receive_rank, t.c.message_sequence_number, t.c.queuing_order)
-    )
+    next_rows = _rows_of(t, select(n.c.conversation_handle).where(n.c.status == 1)
+                         .order_by(*serve_order_of(n)).limit(1).scalar_subquery())
     return QueueStatements(
         insert=Prepared(insert(t).values({name: bindparam(name) for name in _INSERTED}), positional=_INSERTED),
         next_ready=Prepared(serve_order.limit(1)),
         ready_candidates=Prepared(serve_order.limit(bindparam("p_limit")).offset(bindparam("p_offset"))),
         first_of_group=Prepared(
             select(t.c.conversation_handle).where(t.c.conversation_group_id == bindparam("p_group"), ready)
-            .order_by(t.c.priority.desc(), t.c.queuing_order).limit(1)
+            .order_by(*serve_order_of(t)).limit(1)
         ),
         conversation_rows=Prepared(rows.limit(bindparam("p_top"))),
         all_conversation_rows=Prepared(rows),

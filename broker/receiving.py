@@ -23,7 +23,7 @@ from broker.catalog import QueueInfo
 from broker.context import TxContext
 from broker.errors import BrokerError, QueueDisabledError
 from broker.messages import Message
-from broker.queue_tables import QueueRow, QueueStatements, queue_statements, queue_table
+from broker.queue_tables import QueueRow, QueueStatements, queue_statements, queue_table, serve_order_of
 
 # What the status column shows in RECEIVE's result: 0, "received", as SQL Server's
 # documentation says (the stored row is deleted, or set to 0 under RETENTION).
@@ -156,7 +156,7 @@ def _next_conversation(ctx: TxContext, queue: QueueInfo, group_id: uuid.UUID, ta
     query = select(table.c.conversation_handle).where(table.c.conversation_group_id == group_id, table.c.status == 1)
     if taken:
         query = query.where(table.c.conversation_handle.not_in(taken))
-    return ctx.conn.execute(query.order_by(table.c.priority.desc(), table.c.queuing_order).limit(1)).scalar()
+    return ctx.conn.execute(query.order_by(*serve_order_of(table)).limit(1)).scalar()
 
 
 def _conversation_rows(

@@ -82,7 +82,7 @@ class Catalog:
     queues_by_name: dict[str, QueueInfo]
     services: dict[int, ServiceInfo]
     services_by_name: dict[str, ServiceInfo]
-    schema_texts: dict[int, str]
+    schema_collections: dict[int, tuple[str, str]]  # id -> (name, text)
     _schemas: dict[int, etree.XMLSchema] = field(default_factory=dict)
 
     def queue_named(self, name: str) -> QueueInfo | None:
@@ -100,7 +100,7 @@ class Catalog:
         if schema is None:
             from broker.validation import compile_schema
 
-            schema = compile_schema(self.schema_texts[collection_id])
+            schema = compile_schema(*self.schema_collections[collection_id])
             self._schemas[collection_id] = schema
         return schema
 
@@ -148,9 +148,10 @@ def load_catalog(conn: Connection) -> Catalog:
                                     frozenset(service_contracts.get(row.service_id, ())))
         for row in conn.execute(select(Service.__table__))
     }
-    schema_texts = {
-        row.xml_collection_id: row.schema_text
-        for row in conn.execute(select(XmlSchemaCollection.xml_collection_id, XmlSchemaCollection.schema_text))
+    schema_collections = {
+        row.xml_collection_id: (row.name, row.schema_text)
+        for row in conn.execute(select(XmlSchemaCollection.xml_collection_id, XmlSchemaCollection.name,
+                                       XmlSchemaCollection.schema_text))
     }
     return Catalog(
         version=db.catalog_version,
@@ -164,5 +165,5 @@ def load_catalog(conn: Connection) -> Catalog:
         queues_by_name={q.name: q for q in queues.values()},
         services=services,
         services_by_name={s.name: s for s in services.values()},
-        schema_texts=schema_texts,
+        schema_collections=schema_collections,
     )

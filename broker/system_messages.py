@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from xml.sax.saxutils import escape
 
-from lxml import etree
-
-from broker.errors import BrokerError
+from broker.errors import NOT_AN_ERROR_BODY, ArgumentTypeError, InvalidArgumentError
+from broker.validation import XmlRefused, parse_xml
 
 ERROR = "http://schemas.microsoft.com/SQL/ServiceBroker/Error"
 END_DIALOG = "http://schemas.microsoft.com/SQL/ServiceBroker/EndDialog"
@@ -27,7 +27,8 @@ VALIDATION_FAILED = -9615
 REMOTE_SERVICE_DROPPED = -8470
 
 _ERROR_NS = ERROR
-_PARSER = etree.XMLParser(resolve_entities=False, no_network=True)
+_INT = re.compile(r"\s*[+-]?[0-9]+\s*")  # xs:int's lexical form (int() takes more: "1_0", "١")
+_INT_RANGE = range(-(2**31), 2**31)
 
 
 def error_body(code: int, description: str) -> bytes:
@@ -42,17 +43,23 @@ def error_body(code: int, description: str) -> bytes:
 
 
 def parse_error(body: bytes | str | None) -> tuple[int, str]:
-    """Return ``(code, description)`` from the body of an Error message."""
-    if body is None:
-        raise BrokerError(0, "an Error message always has a body")
-    data = body.encode("utf-8") if isinstance(body, str) else bytes(body)
+    """Return ``(code, description)`` from the body of an Error message.
+
+    Raises ArgumentTypeError (206) for an argument that is not bytes or str, and
+    InvalidArgumentError (NOT_AN_ERROR_BODY) for anything that is not an Error body.
+    """
+    if not isinstance(body, (bytes, str)):
+        raise ArgumentTypeError(206, given=type(body).__name__, expected="varbinary(max)",
+                                what="the body of an Error message")
     try:
-        root = etree.fromstring(data, _PARSER)
-    except etree.XMLSyntaxError as exc:
-        raise BrokerError(0, f"not an Error message body: {exc}") from None
+        root = parse_xml(body.encode("utf-8") if isinstance(body, str) else body)
+    except (UnicodeError, XmlRefused) as exc:
+        raise InvalidArgumentError(NOT_AN_ERROR_BODY, reason=str(exc)) from None
+    if root.tag != f"{{{_ERROR_NS}}}Error":
+        raise InvalidArgumentError(NOT_AN_ERROR_BODY, reason=f"its root is <{root.tag}>, not <Error>")
     ns = {"e": _ERROR_NS}
     code = root.findtext("e:Code", namespaces=ns)
     description = root.findtext("e:Description", namespaces=ns)
-    if code is None:
-        raise BrokerError(0, "not an Error message body: no <Code> element")
+    if code is None or not _INT.fullmatch(code) or int(code) not in _INT_RANGE:
+        raise InvalidArgumentError(NOT_AN_ERROR_BODY, reason=f"its <Code> is {code!r}, not an int")
     return int(code), description or ""

@@ -8,15 +8,22 @@ an ordinary database (SQLite by default). Everything a user needs is importable 
     with db.transaction() as tx:
         h = tx.begin_dialog("//app/Initiator", "//app/Target", "//app/Contract")
         tx.send(h, "//app/Request", b"<request/>")
+
+The names below load on first use (PEP 562), so ``import broker`` and the ``broker``
+command start without SQLAlchemy, Alembic or lxml until a database is opened.
 """
 
 from __future__ import annotations
 
-from broker.database import Broker, connect
-from broker.errors import BrokerError, ConversationNotFoundError, QueueDisabledError
-from broker.messages import Message
-from broker.system_messages import DIALOG_TIMER, END_DIALOG, ERROR, error_body, parse_error
-from broker.transaction import Transaction
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from broker.database import Broker, connect
+    from broker.errors import BrokerError, ConversationNotFoundError, QueueDisabledError
+    from broker.messages import Message
+    from broker.system_messages import DIALOG_TIMER, END_DIALOG, ERROR, error_body, parse_error
+    from broker.transaction import Transaction
 
 __all__ = [
     "DIALOG_TIMER",
@@ -32,3 +39,33 @@ __all__ = [
     "error_body",
     "parse_error",
 ]
+
+# public name -> the module that defines it
+_HOMES = {
+    "Broker": "broker.database",
+    "connect": "broker.database",
+    "BrokerError": "broker.errors",
+    "ConversationNotFoundError": "broker.errors",
+    "QueueDisabledError": "broker.errors",
+    "Message": "broker.messages",
+    "DIALOG_TIMER": "broker.system_messages",
+    "END_DIALOG": "broker.system_messages",
+    "ERROR": "broker.system_messages",
+    "error_body": "broker.system_messages",
+    "parse_error": "broker.system_messages",
+    "Transaction": "broker.transaction",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        # Not ours: AttributeError lets ``from broker import schema`` import the submodule.
+        raise AttributeError(f"module 'broker' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

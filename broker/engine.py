@@ -3,32 +3,125 @@
 The dialect's settings (SQLite: WAL, ``synchronous=FULL``, a long ``busy_timeout`` and
 ``BEGIN IMMEDIATE`` for every transaction; PostgreSQL: READ COMMITTED) come from
 ``broker.backends``.
+
+A URL the broker cannot use is refused before any connection, with a numbered error:
+59011 (``BAD_URL``) for a URL that does not parse or names a backend, driver or
+in-memory database the broker does not run on, 59010 (``DRIVER_MISSING``) for a driver
+that is not installed, and 5120 for a SQLite file that cannot be opened. Like SQLite and
+SQL Server, the broker creates the database file but never its folder: a missing folder
+is 5120, naming the folder to create. A file that is not a database is 5120 when SQLite
+first reads it: the broker never opens the file itself, since closing any descriptor of
+a file drops every POSIX lock this process holds on it, SQLite's included.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import sqlite3
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine
-from sqlalchemy.engine import make_url
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL, ExceptionContext, make_url
+from sqlalchemy.exc import ArgumentError
 
 from broker import pending
 from broker.backends import backend_for
+from broker.errors import BAD_URL, DRIVER_MISSING, ArgumentTypeError, BrokerError, InvalidArgumentError
+
+# backend -> the one driver the broker runs it on (the listener speaks psycopg 3)
+DRIVERS = {"sqlite": "pysqlite", "postgresql": "psycopg"}
+# driver module -> what to install for it
+INSTALL = {"psycopg": "pip install 'servicebroker[postgres]'"}
+SUPPORTED = "SQLite (sqlite:///FILE) or PostgreSQL (postgresql+psycopg://USER@HOST/DATABASE)"
+# SQLite's result codes for a file it cannot use, and what to say about them
+_UNUSABLE = {sqlite3.SQLITE_NOTADB: "It is not a SQLite database.", sqlite3.SQLITE_CANTOPEN: "SQLite cannot open it."}
+_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
 
 
 def create_broker_engine(url: str, **kwargs: Any) -> Engine:
     """Create an engine for ``url`` with the broker's connection settings applied."""
-    parsed = make_url(url)
+    parsed = parse_url(url)
     if parsed.get_backend_name() == "sqlite":
-        database = parsed.database or ""
-        if database in ("", ":memory:") or database.startswith("file::memory:"):
-            raise ValueError(
-                "the broker needs a SQLite file (several connections share its locks); "
-                f"got {url!r}"
-            )
-        Path(database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(parsed, **kwargs)
+        check_sqlite_file(url, parsed)
+    try:
+        engine = create_engine(parsed, **kwargs)
+    except ImportError as exc:  # the dialect imports its driver here
+        module = exc.name or parsed.get_driver_name()
+        hint = INSTALL.get(module, f"pip install {module}")
+        raise BrokerError(DRIVER_MISSING, driver=module, hint=hint) from exc
+    if parsed.get_backend_name() == "sqlite":
+        _report_unusable_file(engine, parsed.database or "")
     backend_for(engine).configure(engine)
     pending.install(engine)
     return engine
+
+
+def parse_url(url: object) -> URL:
+    """``url`` parsed, or 59011 (206 for a URL that is not text) saying what is wrong."""
+    if not isinstance(url, str):
+        raise ArgumentTypeError(206, what="the database URL", given=type(url).__name__, expected="str")
+    if "\x00" in url:
+        raise _bad_url(url, "it holds the NUL character")
+    try:
+        url.encode("utf-8")  # what the drivers pass on (SQLite's file names too)
+    except UnicodeEncodeError:
+        raise _bad_url(url, "it is not valid text (a byte that is not UTF-8?)") from None
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise _bad_url(url, f"it is not of the form BACKEND://... ; give {SUPPORTED}") from None
+    backend = parsed.get_backend_name()
+    if backend not in DRIVERS:
+        raise _bad_url(url, f"the broker runs on {SUPPORTED}, not on {backend}")
+    driver = parsed.get_driver_name()  # the dialect's default when the URL names none
+    if driver != DRIVERS[backend]:
+        raise _bad_url(url, f"the broker drives {backend} through {DRIVERS[backend]}, not {driver}; "
+                            f"give {backend}+{DRIVERS[backend]}://...")
+    return parsed
+
+
+def check_sqlite_file(url: str, parsed: URL) -> None:
+    """Refuse an in-memory database (59011) and a file SQLite could not open (5120)."""
+    database = parsed.database or ""
+    if database in ("", ":memory:") or database.startswith("file::memory:") or parsed.query.get("mode") == "memory":
+        raise _bad_url(url, "the broker needs a SQLite file (several connections share its locks)")
+    if parsed.query.get("uri"):
+        return  # a file: URI names its file in SQLite's own syntax: SQLite checks it
+    reason = _why_sqlite_cannot_open(Path(database))
+    if reason is not None:
+        raise InvalidArgumentError(5120, path=database, reason=reason)
+
+
+def _why_sqlite_cannot_open(path: Path) -> str | None:
+    """Why SQLite could not open or create ``path``, or None when it can."""
+    folder = path.parent
+    if not path.exists():
+        if not folder.exists():
+            return f"The folder {folder} does not exist: create it first (mkdir -p {folder})."
+        if not folder.is_dir():
+            return f"{folder} is a file, not a folder."
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return f"The folder {folder} does not allow creating a file in it."
+        return None
+    if path.is_dir():
+        return "It is a folder, not a file."
+    return None
+
+
+def _report_unusable_file(engine: Engine, path: str) -> None:
+    """Make SQLite's "not a database" and "cannot open" 5120, on whichever statement meets them."""
+
+    def numbered(context: ExceptionContext) -> None:
+        code = getattr(context.original_exception, "sqlite_errorcode", None)
+        if code in _UNUSABLE:
+            raise InvalidArgumentError(5120, path=path, reason=_UNUSABLE[code]) from context.original_exception
+
+    event.listen(engine, "handle_error", numbered)
+
+
+def _bad_url(url: str, reason: str) -> InvalidArgumentError:
+    shown = _PASSWORD.sub(r"\1***@", url)
+    return InvalidArgumentError(BAD_URL, url=repr(shown if len(shown) <= 200 else shown[:197] + "..."),
+                                reason=reason)

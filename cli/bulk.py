@@ -13,17 +13,18 @@ import click
 
 from cli.importing import Importer, chunks, destination, file_size
 from cli.jsonl import message_line
+from cli.params import CONTRACT, QUEUE, SERVICE, FilePath, Name, count_range
 from cli.progress import Meter
 from cli.render import plural
 from cli.state import CliState, pass_state
 
 
 @click.command("export")
-@click.argument("queue")
-@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.argument("queue", type=QUEUE)
+@click.argument("file", type=FilePath(dir_okay=False, allow_dash=True))
 @click.option(
     "--page-size",
-    type=click.IntRange(min=1),
+    type=count_range(),
     default=1000,
     show_default=True,
     help="Rows read per (short) transaction.",
@@ -51,15 +52,19 @@ def export(state: CliState, queue: str, file: str, page_size: int) -> None:
             out.write(json.dumps(message_line(message)) + "\n")
             written += 1
             meter.advance()
-    click.echo(f"exported {plural(written, 'message')} from {queue} to {file}", err=file == "-")
+    shown = click.format_filename(file)  # a name that is not UTF-8 still prints
+    click.echo(f"exported {plural(written, 'message')} from {queue} to {shown}", err=file == "-")
 
 
 @click.command("import")
-@click.argument("target", metavar="QUEUE-OR-SERVICE")
-@click.argument("file", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
-@click.option("--from", "from_service", metavar="SVC", help="The service that begins the new dialogs.")
+@click.argument("target", type=Name("queue or service"), metavar="QUEUE-OR-SERVICE")
+@click.argument("file", type=FilePath(exists=True, dir_okay=False, allow_dash=True))
+@click.option(
+    "--from", "from_service", type=SERVICE, metavar="SVC", help="The service that begins the new dialogs."
+)
 @click.option(
     "--contract",
+    type=CONTRACT,
     help="Contract of the new dialogs [default: each line's service_contract_name, else DEFAULT].",
 )
 @click.option(
@@ -68,7 +73,7 @@ def export(state: CliState, queue: str, file: str, page_size: int) -> None:
     help="Ignore the lines' conversation_handle: one new dialog per line (for exported files).",
 )
 @click.option(
-    "--batch", type=click.IntRange(min=1), default=1, show_default=True, help="Messages per transaction."
+    "--batch", type=count_range(), default=1, show_default=True, help="Messages per transaction."
 )
 @pass_state
 def import_(

@@ -10,6 +10,20 @@ import click
 from click.core import ParameterSource
 
 import broker
+from broker.arguments import BIGINT_MAX, INT_MAX
+from cli.params import (
+    BODY,
+    CONTRACT,
+    FAR_SERVICE,
+    MESSAGE_TYPE,
+    QUEUE,
+    SERVICE,
+    WAIT_TIME,
+    InputFile,
+    Seconds,
+    Text,
+    count_range,
+)
 from cli.progress import Meter
 from cli.render import emit, json_option, message_dict
 from cli.state import CliState, pass_state
@@ -24,12 +38,14 @@ MESSAGE_COLUMNS = (
 
 
 @click.command()
-@click.option("--from", "from_service", metavar="SVC", help="Initiator service of a new dialog.")
-@click.option("--to", "to_service", metavar="SVC", help="Target service of a new dialog.")
-@click.option("--contract", default="DEFAULT", show_default=True, help="Contract of a new dialog.")
-@click.option("--type", "message_type", default="DEFAULT", show_default=True, help="Message type.")
-@click.option("--body", help="Message body as text (sent as UTF-8).")
-@click.option("--body-file", type=click.File("rb"), help="Message body from a file ('-' = stdin).")
+@click.option("--from", "from_service", type=SERVICE, metavar="SVC", help="Initiator service of a new dialog.")
+@click.option("--to", "to_service", type=FAR_SERVICE, metavar="SVC", help="Target service of a new dialog.")
+@click.option("--contract", type=CONTRACT, default="DEFAULT", show_default=True, help="Contract of a new dialog.")
+@click.option(
+    "--type", "message_type", type=MESSAGE_TYPE, default="DEFAULT", show_default=True, help="Message type."
+)
+@click.option("--body", type=BODY, help="Message body as text (sent as UTF-8).")
+@click.option("--body-file", type=InputFile("rb"), help="Message body from a file ('-' = stdin).")
 @click.option(
     "--handle",
     "handles",
@@ -39,14 +55,14 @@ MESSAGE_COLUMNS = (
 )
 @click.option(
     "--count",
-    type=click.IntRange(min=1),
+    type=count_range(),
     default=1,
     show_default=True,
     help="Send N messages: each on a new dialog, or each on the --handle conversations.",
 )
 @click.option(
     "--batch",
-    type=click.IntRange(min=1),
+    type=count_range(),
     default=1,
     show_default=True,
     help="Messages per transaction when sending --count messages.",
@@ -58,7 +74,7 @@ def send(
     to_service: str | None,
     contract: str,
     message_type: str,
-    body: str | None,
+    body: bytes | None,
     body_file: BinaryIO | None,
     handles: tuple[uuid.UUID, ...],
     count: int,
@@ -82,7 +98,7 @@ def send(
     if body is not None and body_file is not None:
         raise click.UsageError("give --body or --body-file, not both")
     ends = _dialog_ends(ctx, from_service, to_service, handles)
-    payload = body.encode("utf-8") if body is not None else body_file.read() if body_file else None
+    payload = body if body is not None else body_file.read() if body_file else None
     state: CliState = ctx.obj
     db = state.db()
     with Meter("sending", total=count, shown=count > 1) as meter:
@@ -131,10 +147,10 @@ def _dialog_ends(
 
 
 @click.command()
-@click.argument("queue")
-@click.option("--top", type=click.IntRange(min=1), help="Receive at most N messages.")
+@click.argument("queue", type=QUEUE)
+@click.option("--top", type=click.IntRange(1, BIGINT_MAX), help="Receive at most N messages.")
 @click.option(
-    "--wait", type=float, metavar="SECONDS", help="Wait this long for a message; -1 waits forever."
+    "--wait", type=WAIT_TIME, metavar="SECONDS", help="Wait this long for a message; -1 waits forever."
 )
 @click.option(
     "--handle",
@@ -201,8 +217,10 @@ def _ended_by_far_side(messages: list[broker.Message]) -> list[uuid.UUID]:
 
 @click.command()
 @click.argument("handle", type=click.UUID)
-@click.option("--error", "error_code", type=int, help="End with an error: its code (> 0).")
-@click.option("--description", help="End with an error: its description.")
+@click.option(
+    "--error", "error_code", type=click.IntRange(-INT_MAX - 1, INT_MAX), help="End with an error: its code (> 0)."
+)
+@click.option("--description", type=Text("error description"), help="End with an error: its description.")
 @click.option("--cleanup", is_flag=True, help="Remove the endpoint without telling the far side.")
 @pass_state
 def end(
@@ -230,7 +248,7 @@ def end(
 
 @click.command()
 @click.argument("handle", type=click.UUID)
-@click.argument("seconds", type=click.FloatRange(min=0))
+@click.argument("seconds", type=Seconds())
 @pass_state
 def timer(state: CliState, handle: uuid.UUID, seconds: float) -> None:
     """Set the conversation's timer (BEGIN CONVERSATION TIMER).
@@ -250,7 +268,7 @@ def timer(state: CliState, handle: uuid.UUID, seconds: float) -> None:
 
 
 @click.command()
-@click.argument("queue")
+@click.argument("queue", type=QUEUE)
 @json_option
 @pass_state
 def peek(state: CliState, queue: str, as_json: bool) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import uuid
 
 import click
-from sqlalchemy.engine import make_url
 
 import broker
 from cli.render import plural
@@ -53,7 +52,7 @@ def demo(state: CliState) -> None:
       broker --db sqlite:///tutorial.db demo
     """
     db = state.db()
-    shown_url = make_url(state.url).render_as_string(hide_password=True)
+    shown_url = state.shown_url()
     click.echo(f'Tutorial "Completing a Conversation in a Single Database" on {shown_url}\n')
     _enable_broker(db)
     _create_objects(db)

@@ -17,15 +17,14 @@ from typing import IO, Any
 import click
 
 import broker
+from broker import arguments
+from broker.errors import ArgumentTypeError, InvalidArgumentError
 from cli.jsonl import message_body
 from cli.render import plural
 
 
 class BadLine(click.ClickException):
     """A line of the input that is no message: ``error: FILE line N: why`` on stderr, exit 1."""
-
-    def show(self, file: IO[Any] | None = None) -> None:
-        click.echo(f"error: {self.message}", err=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +91,7 @@ class Importer:
             return None
         try:
             line = json.loads(raw)
-        except ValueError as exc:  # also UnicodeDecodeError
+        except (ValueError, RecursionError) as exc:  # also UnicodeDecodeError; too deeply nested
             raise self._bad(number, f"not JSON ({exc})") from None
         if not isinstance(line, dict):
             raise self._bad(number, "not a JSON object")
@@ -100,7 +99,7 @@ class Importer:
         return _Send(
             number,
             handle or self._new_dialog(number, line),
-            line.get("message_type_name") or "DEFAULT",
+            self._name(number, line, "message_type_name", "message type") or "DEFAULT",
             self._body(number, line),
         )
 
@@ -115,7 +114,8 @@ class Importer:
                 f"service_name {line.get('service_name')!r} is none of the services on queue "
                 f"{self.destination.name} ({', '.join(self.destination.services)})",
             )
-        return self.from_service, to_service, self.contract or line.get("service_contract_name") or "DEFAULT"
+        contract = self.contract or self._name(number, line, "service_contract_name", "contract")
+        return self.from_service, to_service, contract or "DEFAULT"
 
     def send(self, tx: broker.Transaction, send: _Send, imported: int) -> None:
         """BEGIN DIALOG if needed and SEND; a failure names the line."""
@@ -158,6 +158,16 @@ class Importer:
             )
         self._checked = handle
         return handle
+
+    def _name(self, number: int, line: dict[str, Any], key: str, kind: str) -> str | None:
+        """The object name a line gives under ``key``, checked like any name; None if absent."""
+        value = line.get(key)
+        if value is None:
+            return None
+        try:
+            return arguments.object_name(value, kind)
+        except (InvalidArgumentError, ArgumentTypeError) as exc:
+            raise self._bad(number, f"{key}: {exc.message}") from None
 
     def _body(self, number: int, line: dict[str, Any]) -> bytes | None:
         try:

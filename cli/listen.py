@@ -16,6 +16,7 @@ import click
 
 import broker
 from broker import events
+from cli.params import QUEUE, count_range
 from cli.state import CliState, pass_state
 
 # How often the loop looks at the runtime and at Ctrl-C / SIGTERM while no event comes.
@@ -23,8 +24,8 @@ CHECK_S = 0.5
 
 
 @click.command()
-@click.argument("queue")
-@click.option("--count", type=click.IntRange(min=1), help="Exit after N events.")
+@click.argument("queue", type=QUEUE)
+@click.option("--count", type=count_range(), help="Exit after N events.")
 @click.option("--json", "as_json", is_flag=True, help="Print each event as one JSON object per line.")
 @pass_state
 def listen(state: CliState, queue: str, count: int | None, as_json: bool) -> None:

@@ -1,47 +1,48 @@
 """The ``broker`` command: a thin click face over the Python API (``broker.connect``).
 
 Every command opens the database named by ``--db`` (or ``BROKER_URL``), runs one API
-call or one transaction, and prints the result. A :class:`broker.BrokerError` prints
-one line, ``error <number>: <text>``, on stderr and exits 1; usage errors exit 2.
+call or one transaction, and prints the result. Whatever goes wrong prints one line on
+stderr and never a traceback (``cli.failures``): a :class:`broker.BrokerError` is
+``error <number>: <text>`` and exits 1, usage errors exit 2; ``--debug`` shows the
+traceback. Command modules import SQLAlchemy, Alembic and rich only when they run, so
+``broker --help`` starts fast.
 """
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from typing import Any
 
 import click
-from alembic.util.exc import CommandError
-from sqlalchemy.exc import SQLAlchemyError
 
-import broker
-from cli import bulk, conversations, demo, listen, objects, run, schema, show, spark_demo, status
+from cli import bulk, conversations, demo, failures, listen, objects, run, schema, show, spark_demo, status
 from cli.state import DEFAULT_URL, CliState
 
 
 class BrokerGroup(click.Group):
-    """A group that turns library failures into one line on stderr and exit status 1."""
+    """The top-level group: every failure is one line on stderr and an exit status."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:  # the caller reports failures itself
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        state = CliState()
         try:
-            return super().invoke(ctx)
-        except broker.BrokerError as exc:
-            _fail(
-                ctx, f"error {exc.number}: {exc.message}" if exc.number else f"error: {exc.message}"
-            )
-        except (SQLAlchemyError, CommandError) as exc:
-            _fail(ctx, f"error: {_first_line(getattr(exc, 'orig', None) or exc)}")
+            outcome = super().main(args, prog_name, complete_var, False, obj=state, **extra)
+        except Exception as exc:  # the last word on every failure: one line, never a traceback
+            sys.exit(failures.report(exc, debug=state.debug))
+        # Not standalone, click hands back the status of ctx.exit() (e.g. --help: 0).
+        sys.exit(outcome if isinstance(outcome, int) else 0)
 
 
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
-def _fail(ctx: click.Context, line: str) -> None:
-    click.echo(line, err=True)
-    ctx.exit(1)
-
-
-@click.group(cls=BrokerGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group("broker", cls=BrokerGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--db",
     "url",
@@ -50,9 +51,15 @@ def _fail(ctx: click.Context, line: str) -> None:
     show_default=True,
     help="Database URL (SQLAlchemy form); also read from BROKER_URL.",
 )
+@click.option(
+    "--debug",
+    is_flag=True,
+    envvar="BROKER_DEBUG",
+    help="Show the traceback of a failure instead of one line; also BROKER_DEBUG=1.",
+)
 @click.version_option(package_name="servicebroker")
 @click.pass_context
-def cli(ctx: click.Context, url: str) -> None:
+def cli(ctx: click.Context, url: str, debug: bool) -> None:
     """SQL Server Service Broker on SQLite or PostgreSQL.
 
     \b
@@ -62,9 +69,9 @@ def cli(ctx: click.Context, url: str) -> None:
       broker status
       broker --db sqlite:///app.db show services
     """
-    state = CliState(url)
+    state = ctx.ensure_object(CliState)
+    state.url, state.debug = url, debug
     ctx.call_on_close(state.close)
-    ctx.obj = state
 
 
 for _command in (

@@ -8,7 +8,20 @@ from typing import Any
 
 import click
 
-from cli.params import PRIORITY_LEVEL
+from broker import arguments
+from broker.errors import InvalidArgumentError
+from cli.params import (
+    CONTRACT,
+    FAR_SERVICE,
+    MESSAGE_TYPE,
+    OBJECT,
+    PRIORITY,
+    PRIORITY_LEVEL,
+    QUEUE,
+    SCHEMA_COLLECTION,
+    SERVICE,
+    FilePath,
+)
 from cli.queues import alter_queue, create_queue
 from cli.render import F
 from cli.state import CliState, pass_state
@@ -32,7 +45,7 @@ def create() -> None:
 
 
 @create.command("message-type")
-@click.argument("name")
+@click.argument("name", type=MESSAGE_TYPE)
 @click.option(
     "--validation",
     type=click.Choice(VALIDATIONS, case_sensitive=False),
@@ -40,7 +53,7 @@ def create() -> None:
     show_default=True,
     help="What a message body must be.",
 )
-@click.option("--schema-collection", help="XML schema collection for VALID_XML.")
+@click.option("--schema-collection", type=SCHEMA_COLLECTION, help="XML schema collection for VALID_XML.")
 @pass_state
 def create_message_type(
     state: CliState, name: str, validation: str, schema_collection: str | None
@@ -62,7 +75,7 @@ def create_message_type(
 
 
 @create.command("contract")
-@click.argument("name")
+@click.argument("name", type=CONTRACT)
 @click.option(
     "--message",
     "messages",
@@ -96,6 +109,10 @@ def _message_usages(messages: tuple[str, ...]) -> dict[str, str]:
             raise click.BadParameter(
                 f"{item!r} is not TYPE:INITIATOR, TYPE:TARGET or TYPE:ANY", param_hint="'--message'"
             )
+        try:
+            arguments.object_name(message_type, "message type")
+        except InvalidArgumentError as exc:
+            raise click.BadParameter(exc.message, param_hint="'--message'") from None
         if message_type in usages:
             raise click.BadParameter(
                 f"message type {message_type!r} is given twice", param_hint="'--message'"
@@ -108,11 +125,12 @@ create.add_command(create_queue)
 
 
 @create.command("service")
-@click.argument("name")
-@click.option("--queue", required=True, help="The queue that receives the service's messages.")
+@click.argument("name", type=SERVICE)
+@click.option("--queue", type=QUEUE, required=True, help="The queue that receives the service's messages.")
 @click.option(
     "--contract",
     "contracts",
+    type=CONTRACT,
     multiple=True,
     help="A contract the service accepts as a target. Repeatable; none = initiate only.",
 )
@@ -130,11 +148,11 @@ def create_service(state: CliState, name: str, queue: str, contracts: tuple[str,
 
 
 @create.command("xml-schema-collection")
-@click.argument("name")
+@click.argument("name", type=SCHEMA_COLLECTION)
 @click.option(
     "--file",
     "xsd_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=FilePath(exists=True, dir_okay=False, path_type=Path),
     required=True,
     help="An XSD document.",
 )
@@ -155,10 +173,10 @@ def create_xml_schema_collection(state: CliState, name: str, xsd_file: Path) -> 
 def _priority_options(command: F) -> F:
     """The criteria and level of a broker priority, as options."""
     options = (
-        click.option("--contract", help="Contract of the conversations it applies to, or ANY."),
-        click.option("--local-service", help="Service of the endpoint on this side, or ANY."),
+        click.option("--contract", type=CONTRACT, help="Contract of the conversations it applies to, or ANY."),
+        click.option("--local-service", type=SERVICE, help="Service of the endpoint on this side, or ANY."),
         click.option(
-            "--remote-service", help="Service at the other end (case-sensitive), or ANY."
+            "--remote-service", type=FAR_SERVICE, help="Service at the other end (case-sensitive), or ANY."
         ),
         click.option(
             "--level", type=PRIORITY_LEVEL, help="1 (lowest) to 10 (highest), or DEFAULT (5)."
@@ -186,7 +204,7 @@ def _priority_settings(
 
 
 @create.command("priority")
-@click.argument("name")
+@click.argument("name", type=PRIORITY)
 @_priority_options
 @pass_state
 def create_priority(
@@ -228,7 +246,7 @@ alter.add_command(alter_queue)
 
 
 @alter.command("priority")
-@click.argument("name")
+@click.argument("name", type=PRIORITY)
 @_priority_options
 @pass_state
 def alter_priority(
@@ -269,7 +287,7 @@ DROPPABLE = {
 
 @click.command()
 @click.argument("kind", type=click.Choice(tuple(DROPPABLE)))
-@click.argument("name")
+@click.argument("name", type=OBJECT)
 @pass_state
 def drop(state: CliState, kind: str, name: str) -> None:
     """Drop a message type, contract, queue, service or broker priority.

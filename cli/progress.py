@@ -8,18 +8,14 @@ from __future__ import annotations
 
 import sys
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TaskProgressColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
+
+from cli.render import terminal_console
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 
 class Meter:
@@ -31,10 +27,19 @@ class Meter:
     """
 
     def __init__(self, description: str, total: float | None, *, counted: bool = True, shown: bool = True) -> None:
-        console = Console(stderr=True)
+        console = terminal_console(stderr=True) if shown else None
         self._progress: Progress | None = None
         self._task: TaskID | None = None
-        if shown and console.is_terminal:
+        if console is not None:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TaskProgressColumn,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
             columns = (
                 TextColumn("{task.description}"),
                 BarColumn(),

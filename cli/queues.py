@@ -8,7 +8,8 @@ from typing import Any
 
 import click
 
-from cli.params import EXECUTE_AS, ON_OFF
+from broker.arguments import SMALLINT_MAX
+from cli.params import EXECUTE_AS, ON_OFF, QUEUE, Text
 from cli.render import F
 from cli.state import CliState, pass_state
 
@@ -26,12 +27,13 @@ def _queue_options(*, creating: bool) -> Callable[[F], F]:
         ),
         click.option(
             "--activation-procedure",
+            type=Text("activation procedure name"),
             metavar="PKG.MOD:FN",
             help="ACTIVATION PROCEDURE_NAME: the Python function the runtime starts as a reader.",
         ),
         click.option(
             "--max-queue-readers",
-            type=click.IntRange(0, 32767),
+            type=click.IntRange(0, SMALLINT_MAX),
             help="ACTIVATION MAX_QUEUE_READERS: the most readers running at once.",
         ),
         click.option(
@@ -74,7 +76,7 @@ def _activation(
 
 
 @click.command("queue")
-@click.argument("name")
+@click.argument("name", type=QUEUE)
 @_queue_options(creating=True)
 @pass_state
 def create_queue(
@@ -110,7 +112,7 @@ def create_queue(
 
 
 @click.command("queue")
-@click.argument("name")
+@click.argument("name", type=QUEUE)
 @_queue_options(creating=False)
 @click.option("--drop-activation", is_flag=True, help="ACTIVATION (DROP): remove the activation settings.")
 @pass_state

@@ -1,24 +1,27 @@
 """Printing rows: rich tables on a terminal, tab-separated text otherwise, or JSON.
 
 Message bodies print as text when they are UTF-8 and as ``0x...`` hex otherwise
-(SQL Server's notation for varbinary).
+(SQL Server's notation for varbinary). rich loads only when output goes to a terminal.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import sys
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import click
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
-import broker
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    import broker
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -70,8 +73,32 @@ class Listing:
     title: str | None = None
 
 
+def terminal_console(*, stderr: bool = False) -> Console | None:
+    """A rich console when stdout (or stderr) is a terminal as rich sees it, else None."""
+    if not _may_be_terminal(sys.stderr if stderr else sys.stdout):
+        return None  # rich would say the same: not worth importing it
+    from rich.console import Console
+
+    console = Console(stderr=stderr)
+    return console if console.is_terminal else None
+
+
+def _may_be_terminal(stream: IO[str]) -> bool:
+    """False only where rich's ``Console.is_terminal`` is False too: no terminal and
+    neither of the variables that make rich treat a pipe as one."""
+    if "TTY_COMPATIBLE" in os.environ or "FORCE_COLOR" in os.environ:
+        return True
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
 def rich_table(listing: Listing) -> Table:
     """A listing as a rich table (for a terminal)."""
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(title=listing.title, title_justify="left")
     for column in listing.columns:
         table.add_column(column, overflow="fold")  # wrap long names, never cut them
@@ -102,8 +129,8 @@ def emit(
         click.echo(json.dumps([{k: jsonable(v) for k, v in row.items()} for row in rows], indent=2))
         return
     listing = Listing(rows, columns, title)
-    console = Console()
-    if console.is_terminal:
+    console = terminal_console()
+    if console is not None:
         console.print(rich_table(listing))
         return
     for line in plain_lines(listing):

@@ -9,11 +9,12 @@ from types import FrameType
 
 import click
 
+from cli.params import Seconds
 from cli.state import CliState, pass_state
 
 
 @click.command()
-@click.option("--poll", "poll_interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
+@click.option("--poll", "poll_interval", type=Seconds(minimum=0.05), default=1.0, show_default=True,
               help="Longest sleep between scheduler passes, in seconds.")
 @click.option("--activation/--no-activation", default=True, show_default=True,
               help="Start activation readers for queues with ACTIVATION.")

@@ -1,12 +1,23 @@
-"""Schema commands over ``broker.schema`` (Alembic): init, upgrade, downgrade, current, history."""
+"""Schema commands over ``broker.schema`` (Alembic): init, upgrade, downgrade, current, history.
+
+``broker.schema`` (and through it SQLAlchemy and Alembic) loads when one of them runs.
+Alembic's refusals (an unknown revision, ...) print one line and exit 1.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
 import click
 
-from broker import schema as broker_schema
+from cli.params import REVISION
 from cli.render import emit, json_option
 from cli.state import CliState, pass_state
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 
 @click.command()
@@ -18,11 +29,13 @@ def init(state: CliState) -> None:
     Example:
       broker --db sqlite:///app.db init
     """
-    _upgrade_to(state, "head")
+    from broker import schema
+
+    _migrate(state, schema.upgrade, "head")
 
 
 @click.command()
-@click.argument("revision", default="head")
+@click.argument("revision", type=REVISION, default="head")
 @pass_state
 def upgrade(state: CliState, revision: str) -> None:
     """Upgrade the catalog to REVISION (default: head).
@@ -32,11 +45,13 @@ def upgrade(state: CliState, revision: str) -> None:
       broker upgrade
       broker upgrade 0001
     """
-    _upgrade_to(state, revision)
+    from broker import schema
+
+    _migrate(state, schema.upgrade, revision)
 
 
 @click.command()
-@click.argument("revision")
+@click.argument("revision", type=REVISION)
 @pass_state
 def downgrade(state: CliState, revision: str) -> None:
     """Downgrade the catalog to REVISION.
@@ -47,9 +62,9 @@ def downgrade(state: CliState, revision: str) -> None:
     Example:
       broker downgrade base
     """
-    engine = state.engine()
-    broker_schema.downgrade(engine, revision)
-    click.echo(f"database at revision {_shown(broker_schema.current_revision(engine))}")
+    from broker import schema
+
+    _migrate(state, schema.downgrade, revision)
 
 
 @click.command()
@@ -63,10 +78,10 @@ def current(state: CliState) -> None:
     Example:
       broker current
     """
-    engine = state.engine()
-    revision = broker_schema.current_revision(engine)
-    head = broker_schema.head_revision()
-    click.echo(f"{_shown(revision)}{' (head)' if revision == head else ''}")
+    from broker import schema
+
+    revision = schema.current_revision(state.engine())
+    click.echo(f"{_shown(revision)}{' (head)' if revision == schema.HEAD_REVISION else ''}")
 
 
 @click.command()
@@ -78,17 +93,33 @@ def history(as_json: bool) -> None:
     Example:
       broker history --json
     """
-    rows = [
-        {"revision": rev, "down_revision": down, "message": message}
-        for rev, down, message in broker_schema.history()
-    ]
+    from broker import schema
+
+    with _alembic_refusals():
+        revisions = schema.history()
+    rows = [{"revision": rev, "down_revision": down, "message": message} for rev, down, message in revisions]
     emit(rows, ["revision", "down_revision", "message"], as_json=as_json)
 
 
-def _upgrade_to(state: CliState, revision: str) -> None:
+def _migrate(state: CliState, step: Callable[[Engine, str], None], revision: str) -> None:
+    """Upgrade or downgrade the database to ``revision``, then print the revision it is at."""
+    from broker import schema
+
     engine = state.engine()
-    broker_schema.upgrade(engine, revision)
-    click.echo(f"database at revision {_shown(broker_schema.current_revision(engine))}")
+    with _alembic_refusals():
+        step(engine, revision)
+    click.echo(f"database at revision {_shown(schema.current_revision(engine))}")
+
+
+@contextmanager
+def _alembic_refusals() -> Iterator[None]:
+    """Alembic's CommandError (an unknown revision, ...) as one line and exit 1."""
+    from alembic.util.exc import CommandError
+
+    try:
+        yield
+    except CommandError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 def _shown(revision: str | None) -> str:

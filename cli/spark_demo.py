@@ -12,12 +12,13 @@ import shutil
 import click
 
 from broker.spark import INSTALL_HINT
+from cli.params import FilePath, count_range
 from cli.state import CliState, pass_state
 
 
 @click.command("spark-demo")
-@click.option("--orders", default=1000, show_default=True, type=click.IntRange(min=0), help="Orders to send first.")
-@click.option("--checkpoint", type=click.Path(file_okay=False), help="Spark checkpoint directory (default: temporary).")
+@click.option("--orders", default=1000, show_default=True, type=count_range(0), help="Orders to send first.")
+@click.option("--checkpoint", type=FilePath(file_okay=False), help="Spark checkpoint directory (default: temporary).")
 @pass_state
 def spark_demo(state: CliState, orders: int, checkpoint: str | None) -> None:
     """Run the Spark pipeline: orders in, receipts and totals per customer out.

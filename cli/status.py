@@ -9,19 +9,19 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from click.core import ParameterSource
-from rich.console import Console, Group, RenderableType
-from rich.live import Live
-from rich.text import Text
-from sqlalchemy.engine import make_url
 
-import broker
-from broker import schema as broker_schema
-from cli.render import Listing, json_option, jsonable, plain_lines, plural, rich_table
+from cli.params import Seconds, count_range
+from cli.render import Listing, json_option, jsonable, plain_lines, plural, rich_table, terminal_console
 from cli.state import CliState
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    import broker
 
 # Queue row status -> column in the summary (spec 3: 1 ready, 0 received and retained,
 # 2 not yet complete, 3 retained copy of a sent message).
@@ -36,13 +36,13 @@ Block = str | Listing
 @click.option("--watch", is_flag=True, help="Print a new snapshot every --interval seconds until Ctrl-C.")
 @click.option(
     "--interval",
-    type=click.FloatRange(min=0),
+    type=Seconds(),
     default=2.0,
     show_default=True,
     metavar="SECONDS",
     help="Time between snapshots with --watch.",
 )
-@click.option("--iterations", type=click.IntRange(min=1), help="With --watch: stop after N snapshots.")
+@click.option("--iterations", type=count_range(), help="With --watch: stop after N snapshots.")
 @json_option
 @click.pass_context
 def status(ctx: click.Context, watch: bool, interval: float, iterations: int | None, as_json: bool) -> None:
@@ -68,21 +68,23 @@ def status(ctx: click.Context, watch: bool, interval: float, iterations: int | N
     state: CliState = ctx.obj
     db = state.db()
     if not watch:
-        summary = _summary(state.url, db)
+        summary = _summary(state.shown_url(), db)
         if as_json:
             click.echo(json.dumps(summary, indent=2, default=jsonable))
         else:
             _print(_blocks(summary))
         return
-    console = Console()
+    console = None if as_json else terminal_console()
     try:
-        if console.is_terminal and not as_json:
+        if console is not None:
+            from rich.live import Live
+
             with Live(console=console, auto_refresh=False) as live:
                 for _ in _ticks(iterations, interval):
-                    live.update(_renderable(_blocks(_summary(state.url, db))), refresh=True)
+                    live.update(_renderable(_blocks(_summary(state.shown_url(), db))), refresh=True)
             return
         for number in _ticks(iterations, interval):
-            summary = _summary(state.url, db)
+            summary = _summary(state.shown_url(), db)
             if as_json:
                 click.echo(json.dumps(summary, default=jsonable))
             else:
@@ -101,7 +103,9 @@ def _ticks(iterations: int | None, interval: float) -> Iterator[int]:
         yield number
 
 
-def _summary(url: str, db: broker.Broker) -> dict[str, Any]:
+def _summary(shown_url: str, db: broker.Broker) -> dict[str, Any]:
+    from broker import schema as broker_schema
+
     now = datetime.now(UTC)
     database = db.catalog("sys.databases")[0]
     queues = []
@@ -123,7 +127,7 @@ def _summary(url: str, db: broker.Broker) -> dict[str, Any]:
     return {
         "time": now,
         "database": {
-            "url": make_url(url).render_as_string(hide_password=True),
+            "url": shown_url,
             "schema_revision": broker_schema.current_revision(db.engine),
             "is_broker_enabled": bool(database["is_broker_enabled"]),
             "service_broker_guid": database["service_broker_guid"],
@@ -173,8 +177,8 @@ def _blocks(summary: dict[str, Any]) -> list[Block]:
 
 
 def _print(blocks: list[Block]) -> None:
-    console = Console()
-    if console.is_terminal:
+    console = terminal_console()
+    if console is not None:
         console.print(_renderable(blocks))
         return
     for block in blocks:
@@ -183,6 +187,9 @@ def _print(blocks: list[Block]) -> None:
 
 
 def _renderable(blocks: list[Block]) -> RenderableType:
+    from rich.console import Group
+    from rich.text import Text
+
     return Group(*(Text(block) if isinstance(block, str) else rich_table(block) for block in blocks))
 
 

@@ -15,12 +15,17 @@ import click
 
 from broker.errors import DATABASE_FAILURE, BrokerError
 
+# What click (8.2 and later) raises for ``broker`` or ``broker create`` alone.
+_BARE_COMMAND = getattr(click.exceptions, "NoArgsIsHelpError", ())
 # DB-API modules the broker drives (their exceptions derive from ``module.Error``)
 DRIVERS = ("sqlite3", "psycopg")
 
 
 def report(exc: Exception, *, debug: bool) -> int:
     """Print what went wrong; return the exit status."""
+    if isinstance(exc, _BARE_COMMAND):  # a group with no command: its help, as click prints it
+        exc.show()
+        return int(exc.exit_code)
     if isinstance(exc, click.UsageError):
         command = exc.ctx.command_path if exc.ctx is not None else "broker"
         text = exc.format_message()

@@ -186,6 +186,13 @@ def test_a_bad_value_is_a_usage_error(world: World) -> None:
     world.intact()
 
 
+@pytest.mark.parametrize("args", [[], ["create"]], ids=["broker", "broker create"])
+def test_a_group_given_no_command_prints_its_help(args: list[str]) -> None:
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2 and result.stderr.startswith(f"Usage: {' '.join(['broker', *args])} ")
+    assert "Commands:" in result.stderr and "Traceback" not in result.stderr
+
+
 @pytest.mark.parametrize(
     "url",
     [

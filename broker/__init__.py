@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from broker.database import Broker, connect
-    from broker.errors import BrokerError, ConversationNotFoundError, QueueDisabledError
+    from broker.errors import (
+        ArgumentTypeError,
+        BrokerError,
+        ConversationNotFoundError,
+        InvalidArgumentError,
+        QueueDisabledError,
+    )
     from broker.messages import Message
     from broker.system_messages import DIALOG_TIMER, END_DIALOG, ERROR, error_body, parse_error
     from broker.transaction import Transaction
@@ -29,9 +35,11 @@ __all__ = [
     "DIALOG_TIMER",
     "END_DIALOG",
     "ERROR",
+    "ArgumentTypeError",
     "Broker",
     "BrokerError",
     "ConversationNotFoundError",
+    "InvalidArgumentError",
     "Message",
     "QueueDisabledError",
     "Transaction",
@@ -46,6 +54,8 @@ _HOMES = {
     "connect": "broker.database",
     "BrokerError": "broker.errors",
     "ConversationNotFoundError": "broker.errors",
+    "InvalidArgumentError": "broker.errors",
+    "ArgumentTypeError": "broker.errors",
     "QueueDisabledError": "broker.errors",
     "Message": "broker.messages",
     "DIALOG_TIMER": "broker.system_messages",

@@ -151,6 +151,11 @@ class Backend:
         lives inside one quoted identifier: "sys.conversation_endpoints"."""
         return f'"sys.{view}"'
 
+    def queue_view_name(self, queue_name: str, object_id: int) -> str:
+        """The name of the view that shows a queue: the queue's own name (SQLite takes
+        identifiers of any length)."""
+        return queue_name
+
     def object_name_taken(self, conn: Connection, name: str) -> bool:
         """Whether a table or view called ``name`` exists (case-insensitively, like SQL Server)."""
         found = conn.execute(text("SELECT 1 FROM sqlite_master WHERE lower(name) = lower(:n)"), {"n": name})
@@ -244,6 +249,10 @@ class Backend:
             raw.close()
 
 
+# PostgreSQL cuts identifiers longer than this many bytes (NAMEDATALEN - 1).
+_IDENTIFIER_BYTES = 63
+
+
 class PostgresBackend(Backend):
     name = "postgresql"
     snapshot_stays_current = False
@@ -291,6 +300,18 @@ class PostgresBackend(Backend):
     def catalog_view(self, view: str) -> str:
         """Catalog views live in the schema sys: sys."conversation_endpoints"."""
         return f'sys."{view}"'
+
+    def queue_view_name(self, queue_name: str, object_id: int) -> str:
+        """The queue's own name when it fits PostgreSQL's identifiers (63 bytes); else its
+        first bytes plus ``~`` and the queue's object id, so two long names that share
+        their first 63 bytes never name the same view. The API and the CLI find a queue
+        by its full name through the catalog either way."""
+        encoded = queue_name.encode("utf-8")
+        if len(encoded) <= _IDENTIFIER_BYTES:
+            return queue_name
+        suffix = f"~{object_id}"
+        head = encoded[:_IDENTIFIER_BYTES - len(suffix)].decode("utf-8", errors="ignore")  # whole characters
+        return head + suffix
 
     def object_name_taken(self, conn: Connection, name: str) -> bool:
         found = conn.execute(text(

@@ -12,7 +12,7 @@ from sqlalchemy import Engine, Table, bindparam, func, select, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session, sessionmaker
 
-from broker import objects, priorities, schema
+from broker import arguments, objects, priorities, schema
 from broker.context import TxContext
 from broker.engine import create_broker_engine
 from broker.errors import BrokerError
@@ -41,6 +41,7 @@ _COLUMN_NAME = re.compile(r"^[a-z_]+$")
 _GUID_COLUMNS = ("service_broker_guid", "conversation_handle", "conversation_id", "conversation_group_id")
 _TIME_COLUMNS = ("create_date", "modify_date", "lifetime", "dialog_timer", "security_timestamp", "enqueue_time",
                  "last_empty_rowset_time", "last_activated_time")
+_COLUMN_KINDS = {**{column: "guid" for column in _GUID_COLUMNS}, **{column: "time" for column in _TIME_COLUMNS}}
 VIEW_COLUMN_TYPES: dict[str, Any] = {
     **{column: GUID() for column in _GUID_COLUMNS},
     **{column: UTCDateTime() for column in _TIME_COLUMNS},
@@ -52,6 +53,7 @@ def connect(url: str = "sqlite:///broker.db", *, upgrade: bool = True, **engine_
 
     ``upgrade=False`` opens it as it is (``broker upgrade`` migrates it later).
     """
+    upgrade = arguments.flag(upgrade, "upgrade")
     engine = create_broker_engine(url, **engine_options)
     if upgrade:
         schema.ensure_current(engine)
@@ -100,50 +102,70 @@ class Broker:
     # -- objects -----------------------------------------------------------------------
 
     def create_xml_schema_collection(self, name: str, xsd: str | bytes) -> None:
-        """CREATE XML SCHEMA COLLECTION name AS 'xsd' (one XSD document)."""
+        """CREATE XML SCHEMA COLLECTION name AS 'xsd': one or more XSD documents, self-contained."""
+        name = arguments.object_name(name, "XML schema collection")
+        if not isinstance(xsd, (str, bytes)):
+            raise arguments.wrong_type("the XML schema collection", xsd, "xml (str or bytes)")
         self._ddl(lambda ctx: objects.create_xml_schema_collection(ctx, name, xsd))
 
     def create_message_type(self, name: str, validation: str = "NONE", schema_collection: str | None = None) -> None:
         """CREATE MESSAGE TYPE name VALIDATION = NONE | EMPTY | WELL_FORMED_XML | VALID_XML."""
+        name = arguments.object_name(name, "message type")
+        validation = arguments.choice(validation, "VALIDATION", arguments.VALIDATIONS)
+        schema_collection = arguments.optional_object_name(schema_collection, "XML schema collection")
         self._ddl(lambda ctx: objects.create_message_type(ctx, name, validation, schema_collection))
 
     def create_contract(self, name: str, messages: Mapping[str, str] | Iterable[tuple[str, str]]) -> None:
         """CREATE CONTRACT name (type SENT BY INITIATOR | TARGET | ANY, ...)."""
-        self._ddl(lambda ctx: objects.create_contract(ctx, name, messages))
+        name = arguments.object_name(name, "contract")
+        pairs = arguments.contract_messages(messages)
+        self._ddl(lambda ctx: objects.create_contract(ctx, name, pairs))
 
     def create_queue(self, name: str, status: bool = True, retention: bool = False,
                      activation: Mapping[str, Any] | None = None, poison_message_handling: bool = True) -> None:
         """CREATE QUEUE: an internal table plus a view named after the queue."""
-        self._ddl(lambda ctx: objects.create_queue(
-            ctx, name, status=status, retention=retention, activation=activation,
-            poison_message_handling=poison_message_handling))
+        queue_name = arguments.queue_name(name)
+        options = arguments.queue_options({"status": status, "retention": retention, "activation": activation,
+                                           "poison_message_handling": poison_message_handling}, creating=True)
+        self._ddl(lambda ctx: objects.create_queue(ctx, queue_name, **options))
 
     def alter_queue(self, name: str, **options: Any) -> None:
         """ALTER QUEUE: ``status``, ``retention``, ``activation`` (None drops it),
         ``poison_message_handling``. Turning STATUS ON delivers held messages."""
-        unknown = set(options) - {"status", "retention", "activation", "poison_message_handling"}
-        if unknown:
-            raise BrokerError(0, f"unknown ALTER QUEUE option(s): {', '.join(sorted(unknown))}")
-        self._ddl(lambda ctx: objects.alter_queue(ctx, name, **options))
+        queue_name = arguments.queue_name(name)
+        checked = arguments.queue_options(options, creating=False)
+        self._ddl(lambda ctx: objects.alter_queue(ctx, queue_name, **checked))
 
     def create_service(self, name: str, queue: str, contracts: Iterable[str] = ()) -> None:
         """CREATE SERVICE name ON QUEUE queue (contracts it can be the target of)."""
-        self._ddl(lambda ctx: objects.create_service(ctx, name, queue, contracts))
+        name = arguments.object_name(name, "service")
+        queue = arguments.queue_name(queue)
+        contract_names = arguments.names(contracts, "contract name")
+        self._ddl(lambda ctx: objects.create_service(ctx, name, queue, contract_names))
 
     def drop_service(self, name: str) -> None:
+        """DROP SERVICE: its messages go; the far sides of its open dialogs get Error -8470."""
+        name = arguments.object_name(name, "service")
         self._ddl(lambda ctx: objects.drop_service(ctx, name))
 
     def drop_queue(self, name: str) -> None:
+        """DROP QUEUE: refused (3729) while a service uses it."""
+        name = arguments.queue_name(name)
         self._ddl(lambda ctx: objects.drop_queue(ctx, name))
 
     def drop_contract(self, name: str) -> None:
+        """DROP CONTRACT: refused while a service or broker priority names it."""
+        name = arguments.object_name(name, "contract")
         self._ddl(lambda ctx: objects.drop_contract(ctx, name))
 
     def drop_message_type(self, name: str) -> None:
+        """DROP MESSAGE TYPE: refused while a contract names it."""
+        name = arguments.object_name(name, "message type")
         self._ddl(lambda ctx: objects.drop_message_type(ctx, name))
 
     def set_broker_enabled(self, enabled: bool) -> None:
         """ALTER DATABASE SET ENABLE_BROKER (True) / DISABLE_BROKER (False)."""
+        enabled = arguments.flag(enabled, "ENABLE_BROKER")
         self._ddl(lambda ctx: objects.set_broker_enabled(ctx, enabled))
 
     def create_broker_priority(self, name: str, *, contract_name: str | None = None,
@@ -151,23 +173,30 @@ class Broker:
                                priority_level: int | str | None = None) -> None:
         """CREATE BROKER PRIORITY: criteria None or "ANY" match any; level 1..10, None or
         "DEFAULT" = 5. Applies to endpoints created afterwards."""
-        self._ddl(lambda ctx: priorities.create_broker_priority(
-            ctx, name, contract_name=contract_name, local_service_name=local_service_name,
-            remote_service_name=remote_service_name, priority_level=priority_level))
+        name = arguments.object_name(name, "broker priority")
+        options = arguments.priority_options({
+            "contract_name": contract_name, "local_service_name": local_service_name,
+            "remote_service_name": remote_service_name, "priority_level": priority_level}, altering=False)
+        self._ddl(lambda ctx: priorities.create_broker_priority(ctx, name, **options))
 
     def alter_broker_priority(self, name: str, **options: Any) -> None:
         """ALTER BROKER PRIORITY: the options of ``create_broker_priority``, at least one;
         omitted ones stay. Existing endpoints keep their priority."""
-        self._ddl(lambda ctx: priorities.alter_broker_priority(ctx, name, **options))
+        name = arguments.object_name(name, "broker priority")
+        checked = arguments.priority_options(options, altering=True)
+        self._ddl(lambda ctx: priorities.alter_broker_priority(ctx, name, **checked))
 
     def drop_broker_priority(self, name: str) -> None:
         """DROP BROKER PRIORITY; existing endpoints keep their priority."""
+        name = arguments.object_name(name, "broker priority")
         self._ddl(lambda ctx: priorities.drop_broker_priority(ctx, name))
 
     # -- looking -----------------------------------------------------------------------
 
     def queue_rows(self, queue: str) -> list[Message]:
         """SELECT * FROM queue: every row with its stored status, in queuing order."""
+        queue = arguments.queue_name(queue)
+
         def read(ctx: TxContext) -> list[Message]:
             table = _queue_table(ctx, queue)
             rows = ctx.conn.execute(select(table).order_by(table.c.queuing_order)).all()
@@ -183,8 +212,8 @@ class Broker:
         held up between pages; rows that arrive meanwhile are seen when a page reaches
         them, rows received meanwhile are not.
         """
-        if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
-            raise ValueError(f"page_size must be a positive integer, got {page_size!r}")
+        queue = arguments.queue_name(queue)
+        page_size = arguments.integer(page_size, "page_size", minimum=1)
 
         def page_after(last: int) -> Callable[[TxContext], list[Message]]:
             def read(ctx: TxContext) -> list[Message]:
@@ -210,7 +239,7 @@ class Broker:
         ``where`` keeps the rows whose columns equal the values given:
         ``db.catalog("sys.conversation_endpoints", conversation_handle=h)``.
         """
-        match = _VIEW_NAME.match(name.lower())
+        match = _VIEW_NAME.match(arguments.text(name, "catalog view name").lower())
         if match is None or match.group(1) not in CATALOG_VIEWS:
             raise BrokerError(208, f"Invalid object name '{name}'.")
         view = match.group(1)
@@ -219,6 +248,7 @@ class Broker:
         for number, (column, value) in enumerate(where.items()):
             if _COLUMN_NAME.match(column) is None:
                 raise BrokerError(207, f"Invalid column name '{column}'.")
+            arguments.column_value(value, column, _COLUMN_KINDS.get(column))
             conditions.append(f'"{column}" = :where_{number}')
             binds.append(bindparam(f"where_{number}", value, type_=VIEW_COLUMN_TYPES.get(column)))
         sql = f"SELECT * FROM {quoted}" + (f" WHERE {' AND '.join(conditions)}" if conditions else "")
@@ -228,6 +258,8 @@ class Broker:
     def queue_counts(self, queue: str) -> dict[int, int]:
         """Messages in ``queue`` by stored status (1 ready, 0 retained, 3 sent copies),
         counted without reading their bodies."""
+        queue = arguments.queue_name(queue)
+
         def count(ctx: TxContext) -> dict[int, int]:
             table = _queue_table(ctx, queue)
             rows = ctx.conn.execute(select(table.c.status, func.count()).group_by(table.c.status))
@@ -236,6 +268,8 @@ class Broker:
 
     def oldest_ready_time(self, queue: str) -> datetime | None:
         """The enqueue time of the oldest ready message (status 1) in ``queue``; None if none."""
+        queue = arguments.queue_name(queue)
+
         def oldest(ctx: TxContext) -> datetime | None:
             table = _queue_table(ctx, queue)
             moment: datetime | None = ctx.conn.execute(
@@ -284,11 +318,12 @@ class Broker:
 
         Returns the running ``Runtime``; call its ``stop()`` (or use ``with db.runtime():``).
         """
-        return Runtime(self, poll_interval=poll_interval, activation=activation).start()
+        return self.runtime(poll_interval=poll_interval, activation=activation).start()
 
     def runtime(self, *, poll_interval: float = DEFAULT_POLL_S, activation: bool = True) -> Runtime:
         """A runtime to use as a context manager: ``with db.runtime(): ...``."""
-        return Runtime(self, poll_interval=poll_interval, activation=activation)
+        return Runtime(self, poll_interval=arguments.interval(poll_interval, "poll_interval"),
+                       activation=arguments.flag(activation, "activation"))
 
     def dispose(self) -> None:
         """Close every connection this object holds (idle or pooled)."""

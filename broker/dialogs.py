@@ -12,44 +12,44 @@ from datetime import timedelta
 from sqlalchemy import update
 
 from broker import endpoints as ep
+from broker.arguments import INT_MAX
 from broker.context import TxContext
 from broker.delivery import Outgoing, transmit
-from broker.errors import BrokerError
+from broker.errors import BrokerError, InvalidArgumentError
 from broker.queue_tables import queue_table
 from broker.system_messages import END_DIALOG_ID, ERROR_ID, error_body
 
-MAX_LIFETIME_S = 2_147_483_647
-MAX_BROKER_INSTANCE_BYTES = 256
 CURRENT_DATABASE = "CURRENT DATABASE"
 
 
 def begin_dialog(
     ctx: TxContext,
-    from_service: str,
+    from_service: str | None,
     to_service: str,
-    contract: str,
+    contract: str | None,
     *,
     broker_instance: str | None,
     related_conversation: object | None,
     related_conversation_group: object | None,
     lifetime: int | None,
 ) -> uuid.UUID:
-    """Create the initiator endpoint (state SO). Nothing is sent until the first SEND."""
+    """Create the initiator endpoint (state SO). Nothing is sent until the first SEND.
+
+    The arguments come checked by the gate (``broker.arguments``).
+    """
     catalog = ctx.catalog
     if not from_service:
         raise BrokerError(8421)
     service = catalog.services_by_name.get(from_service)
     if service is None:
         raise BrokerError(8423, name=from_service)
-    if not isinstance(to_service, str) or not to_service or len(to_service) > 256:
-        raise BrokerError(8412, name=to_service)
     if contract is None:
         raise BrokerError(8417)
     contract_info = catalog.contracts_by_name.get(contract)
     if contract_info is None:
         raise BrokerError(8425, name=contract)
     pinned = _broker_instance(ctx, broker_instance)
-    seconds = MAX_LIFETIME_S if lifetime is None else _lifetime(lifetime)
+    seconds = INT_MAX if lifetime is None else lifetime
     group_id, new_group = _group_for(ctx, service.id, service.name, related_conversation,
                                      related_conversation_group)
     if new_group:
@@ -65,16 +65,16 @@ def begin_dialog(
 def end_conversation(
     ctx: TxContext, handle: object, *, error: int | None, description: str | None, cleanup: bool
 ) -> None:
-    """End the local endpoint; tell the far side (EndDialog or Error) unless it already ended."""
+    """End the local endpoint; tell the far side (EndDialog or Error) unless it already ended.
+
+    ``error`` and ``description`` come checked by the gate (``arguments.failure``).
+    """
     endpoint = ep.lock_endpoint(ctx, handle)
     if cleanup:
-        if error is not None or description is not None:
-            raise BrokerError(0, "END CONVERSATION takes WITH ERROR or WITH CLEANUP, not both")
         ep.remove_local_messages(ctx, endpoint)
         ep.drop_held_messages(ctx, endpoint.conversation_handle)
         ep.delete_endpoint(ctx, endpoint)
         return
-    _check_error_arguments(error, description)
     if endpoint.state in ("DO", "CD"):
         raise BrokerError(8427, state=endpoint.state)
     ep.remove_local_messages(ctx, endpoint)
@@ -126,26 +126,10 @@ def begin_conversation_timer(ctx: TxContext, handle: object, timeout: float) -> 
     endpoint = ep.lock_endpoint(ctx, handle)
     if endpoint.state not in ("SO", "SI", "CO", "DI"):
         raise BrokerError(8458, state=endpoint.state)
-    if timeout is None or isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
-        raise BrokerError(0, f"the conversation timer TIMEOUT must be a number of seconds >= 0, got {timeout!r}")
     deadline = ctx.now() + timedelta(seconds=timeout)
     if deadline > endpoint.lifetime:
         raise BrokerError(8410)
     ep.set_endpoint(ctx, endpoint.conversation_handle, dialog_timer=deadline)
-
-
-def _check_error_arguments(error: int | None, description: str | None) -> None:
-    if error is None and description is None:
-        return
-    if error is None and description is not None:
-        raise BrokerError(8419)
-    if description is None or description == "":
-        raise BrokerError(8422)
-    if isinstance(error, bool) or not isinstance(error, int) or error <= 0:
-        raise BrokerError(8419, "END CONVERSATION WITH ERROR needs a positive error code; "
-                                "negative codes are reserved for the broker.")
-    if len(description) > 3000:
-        raise BrokerError(8419, "The error description is longer than 3000 characters.")
 
 
 def _broker_instance(ctx: TxContext, broker_instance: str | None) -> str | None:
@@ -153,15 +137,7 @@ def _broker_instance(ctx: TxContext, broker_instance: str | None) -> str | None:
         return None
     if broker_instance.upper() == CURRENT_DATABASE:
         return str(ctx.catalog.broker_guid)
-    if len(broker_instance.encode("utf-16-le")) > MAX_BROKER_INSTANCE_BYTES:
-        raise BrokerError(8413, name=broker_instance)
     return broker_instance.lower()
-
-
-def _lifetime(lifetime: int) -> int:
-    if isinstance(lifetime, bool) or not isinstance(lifetime, int) or not 1 <= lifetime <= MAX_LIFETIME_S:
-        raise BrokerError(8411, value=lifetime)
-    return lifetime
 
 
 def _as_group_id(value: object) -> uuid.UUID:
@@ -181,7 +157,8 @@ def _group_for(
 ) -> tuple[uuid.UUID, bool]:
     """(group id, whether it must be created) for a new dialog of ``service_id``."""
     if related_conversation is not None and related_group is not None:
-        raise BrokerError(0, "BEGIN DIALOG takes RELATED_CONVERSATION or RELATED_CONVERSATION_GROUP, not both")
+        raise InvalidArgumentError(102, "BEGIN DIALOG takes RELATED_CONVERSATION or RELATED_CONVERSATION_GROUP, "
+                                        "not both.", near="RELATED_CONVERSATION_GROUP")
     if related_conversation is not None:
         related = ep.lock_endpoint(ctx, related_conversation)
         if related.service_id != service_id:

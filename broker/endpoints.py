@@ -11,6 +11,7 @@ from sqlalchemy import Row, Table, bindparam, delete, exists, insert, select, up
 from sqlalchemy.engine import Connection
 
 from broker import priorities
+from broker.arguments import wrong_type
 from broker.context import TxContext
 from broker.errors import BrokerError, ConversationNotFoundError
 from broker.models import ConversationEndpoint, ConversationGroup, TransmissionQueueEntry
@@ -26,13 +27,15 @@ SENDABLE_STATES = frozenset({"SO", "SI", "CO"})
 
 
 def as_handle(value: object) -> uuid.UUID:
-    """A conversation handle from a UUID or its text; None is error 8418."""
+    """A conversation handle from a UUID or its text; None is error 8418, another type 206."""
     if value is None:
         raise BrokerError(8418)
     if isinstance(value, uuid.UUID):
         return value
+    if not isinstance(value, str):
+        raise wrong_type("conversation handle", value, "uniqueidentifier")
     try:
-        return uuid.UUID(str(value))
+        return uuid.UUID(value)
     except ValueError:
         raise ConversationNotFoundError(value) from None
 

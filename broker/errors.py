@@ -2,12 +2,28 @@
 
 Every failure a user can meet is a :class:`BrokerError` whose ``number`` is the SQL
 Server error number where one exists, so that code ported from T-SQL can branch on the
-same numbers (``except BrokerError as e: if e.number == 8426: ...``).
+same numbers (``except BrokerError as e: if e.number == 8426: ...``). Failures SQL Server
+has no number for take one of the project's own, from 59000 to 59999 (``docs/errors.md``
+lists them). A bad argument is also a ``ValueError`` (:class:`InvalidArgumentError`) or a
+``TypeError`` (:class:`ArgumentTypeError`), so either ``except`` style catches it.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+# The project's own error numbers (59000-59999), listed in docs/errors.md.
+NOT_FINITE = 59001
+OUT_OF_RANGE = 59002
+UNKNOWN_OPTION = 59003
+MISSING_OPTION = 59004
+REPEATED_HANDLE = 59005
+NOT_AN_ERROR_BODY = 59006
+INVALID_SCHEMA = 59007
+EXTERNAL_SCHEMA_REFERENCE = 59008
+DRIVER_MISSING = 59010
+BAD_URL = 59011
+DATABASE_FAILURE = 59020
 
 # Texts follow SQL Server's wording (with its placeholders filled by keyword).
 _TEXTS: dict[int, str] = {
@@ -53,11 +69,35 @@ _TEXTS: dict[int, str] = {
     102: "Incorrect syntax near '{near}'.",
     103: "The identifier that starts with '{name}' is too long. Maximum length is 128.",
     15151: "Cannot find the {kind} '{name}', because it does not exist or you do not have permission.",
+    # Arguments (the gate, ``broker.arguments``).
+    206: "Operand type clash: {given} is incompatible with {expected} ({what}).",
+    1014: "A TOP or FETCH clause contains an invalid value.",
+    1038: "An object or column name is missing or empty ({what}).",
+    1060: "The number of rows provided for a TOP or FETCH clauses row count parameter must be an integer.",
+    3708: "Cannot drop the {kind} '{name}' because it is a system {kind}.",
+    5120: "Unable to open the physical file \"{path}\". {reason}",
+    8115: "Arithmetic overflow error converting {what} to data type {type}.",
+    9420: "XML parsing: {what} holds the character {char}, which XML 1.0 cannot carry.",
+    # The project's own (SQL Server has no number for these).
+    NOT_FINITE: "{what} must be a finite number; got {value}.",
+    OUT_OF_RANGE: "{what} must be {rule}; got {value}.",
+    UNKNOWN_OPTION: "{statement} has no option {names}; it takes {known}.",
+    MISSING_OPTION: "{statement} needs {names}.",
+    REPEATED_HANDLE: 'The conversation handle "{handle}" is specified more than once.',
+    NOT_AN_ERROR_BODY: "Not the body of an Error message: {reason}",
+    INVALID_SCHEMA: "The XML schema collection '{name}' is not valid: {reason}",
+    EXTERNAL_SCHEMA_REFERENCE: (
+        "The XML schema collection '{name}' refers to {reference}; a schema collection is self-contained "
+        "and may not include or import schemas from files or URLs."
+    ),
+    DRIVER_MISSING: "The database driver {driver} is not installed: {hint}",
+    BAD_URL: "Cannot use the database URL {url}: {reason}",
+    DATABASE_FAILURE: "The database failed: {reason}",
 }
 
 
 class BrokerError(Exception):
-    """A Service Broker failure; ``number`` is the SQL Server error number (0 if none)."""
+    """A Service Broker failure; ``number`` is SQL Server's error number or the project's own."""
 
     def __init__(self, number: int, message: str | None = None, **details: Any) -> None:
         self.number = number
@@ -81,3 +121,11 @@ class ConversationNotFoundError(BrokerError):
 
     def __init__(self, handle: object) -> None:
         super().__init__(8426, handle=str(handle).upper())
+
+
+class InvalidArgumentError(BrokerError, ValueError):
+    """An argument of the right type with a value the verb cannot take."""
+
+
+class ArgumentTypeError(BrokerError, TypeError):
+    """An argument of a type the verb does not take (SQL Server's 206, or an unknown option)."""

@@ -11,13 +11,13 @@ from typing import Any
 
 from sqlalchemy import delete, func, insert, select, update
 
+from broker import delivery  # a module, not its names: delivery imports this module in turn
 from broker import endpoints as ep
+from broker.arguments import VALIDATIONS
 from broker.context import TxContext
-from broker.delivery import broker_error, retry_held
-from broker.errors import BrokerError
+from broker.errors import MISSING_OPTION, BrokerError, InvalidArgumentError
 from broker.models import (
     FIRST_USER_OBJECT_ID,
-    SYSNAME,
     BrokerDatabase,
     Contract,
     ContractMessageUsage,
@@ -39,15 +39,16 @@ from broker.queue_tables import (
 from broker.system_messages import REMOTE_SERVICE_DROPPED
 from broker.validation import compile_schema
 
-VALIDATIONS = {"NONE": "N", "EMPTY": "E", "WELL_FORMED_XML": "X", "VALID_XML": "X"}
-DIRECTIONS = {"INITIATOR": (True, False), "TARGET": (False, True), "ANY": (True, True)}
+# The stored code of each VALIDATION keyword, and the (by initiator, by target) flags of
+# each SENT BY keyword: the keywords come checked by the gate (``broker.arguments``).
+VALIDATION_CODES = dict(zip(VALIDATIONS, "NEXX", strict=True))
+SENT_BY = {"INITIATOR": (True, False), "TARGET": (False, True), "ANY": (True, True)}
 UNSET: Any = object()
 
 
 def create_xml_schema_collection(ctx: TxContext, name: str, xsd: str | bytes) -> None:
-    _check_name(name, "XML schema collection")
+    compile_schema(name, xsd)  # a self-contained collection of valid XSD, or a numbered error
     text = xsd.decode("utf-8") if isinstance(xsd, bytes) else xsd
-    compile_schema(text)
     if ctx.conn.execute(select(XmlSchemaCollection).where(XmlSchemaCollection.name == name)).first():
         raise BrokerError(2714, name=name)
     ctx.conn.execute(insert(XmlSchemaCollection).values(
@@ -58,44 +59,39 @@ def create_xml_schema_collection(ctx: TxContext, name: str, xsd: str | bytes) ->
 
 
 def create_message_type(ctx: TxContext, name: str, validation: str, schema_collection: str | None) -> None:
-    _check_name(name, "message type")
-    kind = str(validation).upper()
-    if kind not in VALIDATIONS:
-        raise BrokerError(0, f"VALIDATION must be one of {', '.join(VALIDATIONS)}; got {validation!r}")
+    """``validation`` is a VALIDATION keyword in upper case (the gate's ``choice``)."""
     collection_id = None
-    if kind == "VALID_XML":
+    if validation == "VALID_XML":
         if schema_collection is None:
-            raise BrokerError(0, "VALIDATION = VALID_XML needs WITH SCHEMA COLLECTION")
+            raise InvalidArgumentError(MISSING_OPTION, statement="VALIDATION = VALID_XML",
+                                       names="WITH SCHEMA COLLECTION")
         collection_id = ctx.conn.execute(
             select(XmlSchemaCollection.xml_collection_id).where(XmlSchemaCollection.name == schema_collection)
         ).scalar()
         if collection_id is None:
             raise BrokerError(15151, kind="XML schema collection", name=schema_collection)
     elif schema_collection is not None:
-        raise BrokerError(0, "a schema collection goes only with VALIDATION = VALID_XML")
+        raise InvalidArgumentError(102, "A schema collection goes only with VALIDATION = VALID_XML.",
+                                   near="SCHEMA COLLECTION")
     if name in ctx.catalog.message_types_by_name:
         raise BrokerError(2714, name=name)
     ctx.conn.execute(insert(MessageType).values(
         message_type_id=_next_id(ctx, MessageType.message_type_id), name=name,
-        validation=VALIDATIONS[kind], xml_collection_id=collection_id, is_ms_shipped=False,
+        validation=VALIDATION_CODES[validation], xml_collection_id=collection_id, is_ms_shipped=False,
     ))
     ctx.catalog_changed()
 
 
-def create_contract(ctx: TxContext, name: str, messages: Mapping[str, str] | Iterable[tuple[str, str]]) -> None:
-    _check_name(name, "contract")
-    pairs = list(messages.items()) if isinstance(messages, Mapping) else list(messages)
+def create_contract(ctx: TxContext, name: str, messages: list[tuple[str, str]]) -> None:
+    """``messages`` are (message type, SENT BY keyword) pairs (the gate's ``contract_messages``)."""
     usages: dict[int, tuple[bool, bool]] = {}
-    for type_name, direction in pairs:
+    for type_name, direction in messages:
         message_type = ctx.catalog.message_types_by_name.get(type_name)
         if message_type is None:
             raise BrokerError(8428, name=type_name)
         if message_type.id in usages:
             raise BrokerError(8403, name=type_name)
-        sent_by = DIRECTIONS.get(str(direction).upper())
-        if sent_by is None:
-            raise BrokerError(0, f"SENT BY must be INITIATOR, TARGET or ANY; got {direction!r}")
-        usages[message_type.id] = sent_by
+        usages[message_type.id] = SENT_BY[direction]
     if not any(by_initiator for by_initiator, _ in usages.values()):
         raise BrokerError(8492, name=name)
     if name in ctx.catalog.contracts_by_name:
@@ -114,10 +110,12 @@ def create_queue(
     ctx: TxContext, name: str, *, status: bool, retention: bool, activation: Mapping[str, Any] | None,
     poison_message_handling: bool,
 ) -> None:
+    """The options come checked by the gate (``arguments.queue_options``)."""
     queue_name = validate_queue_name(name)
-    if ctx.state.backend.object_name_taken(ctx.conn, queue_name):
-        raise BrokerError(2714, name=queue_name)
     object_id = _next_id(ctx, ServiceQueue.object_id)
+    view_name = ctx.state.backend.queue_view_name(queue_name, object_id)
+    if ctx.catalog.queue_named(queue_name) is not None or ctx.state.backend.object_name_taken(ctx.conn, view_name):
+        raise BrokerError(2714, name=queue_name)
     table_name = internal_table_name(object_id)
     now = ctx.now()
     values = {
@@ -130,7 +128,7 @@ def create_queue(
     }
     if activation is not None:
         values.update(_activation_values(activation, creating=True))
-    create_queue_storage(ctx.conn, queue_name, table_name)
+    create_queue_storage(ctx.conn, view_name, table_name)
     ctx.conn.execute(insert(ServiceQueue).values(**values))
     ctx.catalog_changed()
 
@@ -154,7 +152,7 @@ def alter_queue(
     ctx.conn.execute(update(ServiceQueue).where(ServiceQueue.object_id == queue.id).values(**values))
     ctx.catalog_changed()
     if status is not UNSET and status:
-        retry_held(ctx)
+        delivery.retry_held(ctx)
 
 
 def drop_queue(ctx: TxContext, name: str) -> None:
@@ -165,13 +163,12 @@ def drop_queue(ctx: TxContext, name: str) -> None:
     if user is not None:
         raise BrokerError(3729, kind="queue", name=queue.name, ref_kind="service", ref_name=user.name)
     ctx.conn.execute(delete(ep.groups).where(ep.groups.c.queue_id == queue.id))
-    drop_queue_storage(ctx.conn, queue.name, queue.table_name)
+    drop_queue_storage(ctx.conn, ctx.state.backend.queue_view_name(queue.name, queue.id), queue.table_name)
     ctx.conn.execute(delete(ServiceQueue).where(ServiceQueue.object_id == queue.id))
     ctx.catalog_changed()
 
 
 def create_service(ctx: TxContext, name: str, queue_name: str, contracts: Iterable[str]) -> None:
-    _check_name(name, "service", longest=256)
     queue = ctx.catalog.queue_named(queue_name)
     if queue is None:
         raise BrokerError(15151, kind="queue", name=queue_name)
@@ -192,7 +189,7 @@ def create_service(ctx: TxContext, name: str, queue_name: str, contracts: Iterab
             {"service_id": service_id, "service_contract_id": c} for c in contract_ids
         ])
     ctx.catalog_changed()
-    retry_held(ctx)  # messages may have been waiting for a service of this name
+    delivery.retry_held(ctx)  # messages may have been waiting for a service of this name
 
 
 def drop_service(ctx: TxContext, name: str) -> None:
@@ -204,7 +201,7 @@ def drop_service(ctx: TxContext, name: str) -> None:
     for endpoint in ep.endpoints_where(ctx, ep.endpoints.c.service_id == service.id):
         peer = ep.peer_of(ctx, endpoint)
         if peer is not None and endpoint.state not in ("DO", "CD"):
-            broker_error(ctx, peer, REMOTE_SERVICE_DROPPED, "Remote service has been dropped.")
+            delivery.broker_error(ctx, peer, REMOTE_SERVICE_DROPPED, "Remote service has been dropped.")
         ep.drop_held_messages(ctx, endpoint.conversation_handle)
         ctx.conn.execute(delete(ep.endpoints).where(ep.endpoints.c.conversation_handle == endpoint.conversation_handle))
     ctx.conn.execute(delete(ep.groups).where(ep.groups.c.service_id == service.id))
@@ -219,14 +216,14 @@ def drop_contract(ctx: TxContext, name: str) -> None:
     if contract is None:
         raise BrokerError(3701, kind="contract", name=name)
     if contract.id < FIRST_USER_OBJECT_ID:
-        raise BrokerError(0, f"the system contract '{name}' cannot be dropped")
+        raise BrokerError(3708, kind="contract", name=name)
     user = next((s for s in ctx.catalog.services.values() if contract.id in s.contract_ids), None)
     if user is not None:
         raise BrokerError(3729, kind="contract", name=name, ref_kind="service", ref_name=user.name)
     _refuse_if_prioritized(ctx, "contract", name, ConversationPriority.service_contract_id == contract.id)
     # Open conversations on the contract end with an error (SQL Server: -8487).
     for endpoint in ep.endpoints_where(ctx, ep.endpoints.c.service_contract_id == contract.id):
-        broker_error(ctx, endpoint, -8487, "The remote service contract has been dropped.")
+        delivery.broker_error(ctx, endpoint, -8487, "The remote service contract has been dropped.")
     ctx.conn.execute(delete(Contract).where(Contract.service_contract_id == contract.id))
     ctx.catalog_changed()
 
@@ -236,7 +233,7 @@ def drop_message_type(ctx: TxContext, name: str) -> None:
     if message_type is None:
         raise BrokerError(3701, kind="message type", name=name)
     if message_type.id < FIRST_USER_OBJECT_ID:
-        raise BrokerError(0, f"the system message type '{name}' cannot be dropped")
+        raise BrokerError(3708, kind="message type", name=name)
     user = next((c for c in ctx.catalog.contracts.values() if message_type.id in c.usages), None)
     if user is not None:
         raise BrokerError(3729, kind="message type", name=name, ref_kind="contract", ref_name=user.name)
@@ -249,7 +246,7 @@ def set_broker_enabled(ctx: TxContext, enabled: bool) -> None:
     ctx.conn.execute(update(BrokerDatabase).values(is_broker_enabled=bool(enabled)))
     ctx.catalog_changed()
     if enabled:
-        retry_held(ctx)
+        delivery.retry_held(ctx)
 
 
 def _refuse_if_prioritized(ctx: TxContext, kind: str, name: str, condition: Any) -> None:
@@ -260,38 +257,19 @@ def _refuse_if_prioritized(ctx: TxContext, kind: str, name: str, condition: Any)
 
 
 def _activation_values(activation: Mapping[str, Any] | None, *, creating: bool) -> dict[str, Any]:
-    """Stored ACTIVATION options (the runtime acts on them); None means ACTIVATION (DROP)."""
+    """Stored ACTIVATION options (checked by ``arguments.activation``; the runtime acts on
+    them); None means ACTIVATION (DROP)."""
     if activation is None:
         return {"is_activation_enabled": False, "activation_procedure": None, "max_readers": 0,
                 "execute_as": None}
-    known = {"status", "procedure_name", "max_queue_readers", "execute_as"}
-    unknown = set(activation) - known
-    if unknown:
-        raise BrokerError(0, f"unknown ACTIVATION option(s): {', '.join(sorted(unknown))}")
     values: dict[str, Any] = {}
     if "status" in activation or creating:
-        values["is_activation_enabled"] = bool(activation.get("status", True))
-    if "procedure_name" in activation:
-        values["activation_procedure"] = str(activation["procedure_name"])
-    elif creating:
-        raise BrokerError(0, "ACTIVATION needs PROCEDURE_NAME")
-    if "max_queue_readers" in activation:
-        readers = activation["max_queue_readers"]
-        if isinstance(readers, bool) or not isinstance(readers, int) or not 0 <= readers <= 32767:
-            raise BrokerError(0, f"MAX_QUEUE_READERS must be 0..32767; got {readers!r}")
-        values["max_readers"] = readers
-    elif creating:
-        raise BrokerError(0, "ACTIVATION needs MAX_QUEUE_READERS")
-    if "execute_as" in activation:
-        values["execute_as"] = str(activation["execute_as"])
+        values["is_activation_enabled"] = activation.get("status", True)
+    for option, column in (("procedure_name", "activation_procedure"), ("max_queue_readers", "max_readers"),
+                           ("execute_as", "execute_as")):
+        if option in activation:
+            values[column] = activation[option]
     return values
-
-
-def _check_name(name: object, kind: str, longest: int = SYSNAME) -> None:
-    if not isinstance(name, str) or not name:
-        raise BrokerError(0, f"a {kind} needs a name")
-    if len(name) > longest:
-        raise BrokerError(103, name=name[:longest])
 
 
 def _next_id(ctx: TxContext, column: Any) -> int:

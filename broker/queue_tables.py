@@ -66,17 +66,13 @@ def is_internal_queue_object(name: str | None, type_: str) -> bool:
 
 
 def validate_queue_name(name: str) -> str:
-    """Check a queue name and return it without an optional ``dbo.`` schema.
+    """Check the name of a new queue (``dbo.`` and brackets already taken off by the gate).
 
     Queue names become SQL identifiers (the view), so they are validated here and
     always quoted by the dialect when used.
     """
-    if not isinstance(name, str) or not name.strip():
-        raise BrokerError(102, near=str(name))
-    if name.lower().startswith("dbo."):
-        name = name[4:]
-    if name.startswith("[") and name.endswith("]") and len(name) > 2:
-        name = name[1:-1]
+    if not name.strip():
+        raise BrokerError(102, near=name)
     if len(name) > SYSNAME:
         raise BrokerError(103, name=name[:SYSNAME])
     if name.startswith("#") or _FORBIDDEN.search(name) or "." in name:
@@ -203,15 +199,16 @@ def queue_statements(table_name: str) -> QueueStatements:
     )
 
 
-def create_queue_storage(conn: Connection, queue_name: str, table_name: str) -> None:
-    """Create the internal table and the queue's view, inside the caller's transaction."""
+def create_queue_storage(conn: Connection, view_name: str, table_name: str) -> None:
+    """Create the internal table and the queue's view (``Backend.queue_view_name``),
+    inside the caller's transaction."""
     table = queue_table(table_name)
     table.create(conn)
-    conn.execute(text(f"CREATE VIEW {_quote(conn, queue_name)} AS {_view_select(conn, table_name)}"))
+    conn.execute(text(f"CREATE VIEW {_quote(conn, view_name)} AS {_view_select(conn, table_name)}"))
 
 
-def drop_queue_storage(conn: Connection, queue_name: str, table_name: str) -> None:
-    conn.execute(text(f"DROP VIEW IF EXISTS {_quote(conn, queue_name)}"))
+def drop_queue_storage(conn: Connection, view_name: str, table_name: str) -> None:
+    conn.execute(text(f"DROP VIEW IF EXISTS {_quote(conn, view_name)}"))
     queue_table(table_name).drop(conn)
 
 

@@ -46,11 +46,10 @@ def receive(
     conversation_handle: object | None,
     conversation_group_id: object | None,
 ) -> list[Message]:
-    """Take up to ``top`` ready messages of one conversation group off the queue."""
-    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 0):
-        raise BrokerError(0, f"TOP must be a non-negative integer, got {top!r}")
-    if conversation_handle is not None and conversation_group_id is not None:
-        raise BrokerError(0, "RECEIVE takes WHERE conversation_handle or conversation_group_id, not both")
+    """Take up to ``top`` ready messages of one conversation group off the queue.
+
+    The arguments come checked by the gate (``broker.arguments``): at most one WHERE.
+    """
     queue = receivable_queue(ctx, queue_name)
     fire_due_work(ctx, queue)
     if top == 0:

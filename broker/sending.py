@@ -13,28 +13,14 @@ from broker import endpoints as ep
 from broker.catalog import QueueInfo
 from broker.context import TxContext
 from broker.delivery import Outgoing, enqueue, retry_held, transmit
-from broker.errors import BrokerError
+from broker.errors import REPEATED_HANDLE, BrokerError, InvalidArgumentError
 
-MAX_BODY_BYTES = 2_147_483_647
 RETAINED_SENT = 3  # queue status of the sender's retained copy
 
 
-def as_body(body: object) -> bytes | None:
-    """A message body as bytes: str is UTF-8 encoded; None is an empty message."""
-    if type(body) is bytes or body is None:  # the usual cases first: once per message
-        return body
-    if isinstance(body, str):
-        return body.encode("utf-8")
-    if isinstance(body, (bytes, bytearray, memoryview)):
-        return bytes(body)
-    raise BrokerError(0, f"a message body is bytes or str, not {type(body).__name__}")
-
-
-def send(ctx: TxContext, handles: object, message_type: str, body: object) -> None:
-    """Send one message on each handle, in the caller's transaction."""
-    payload = as_body(body)
-    if payload is not None and len(payload) > MAX_BODY_BYTES:
-        raise BrokerError(8459)
+def send(ctx: TxContext, handles: object, message_type: str, payload: bytes | None) -> None:
+    """Send one message on each handle, in the caller's transaction (``payload`` as
+    ``arguments.body`` makes it)."""
     message_type_info = ctx.catalog.message_types_by_name.get(message_type)
     senders = [_checked_sender(ctx, h) for h in _handle_list(handles)]
     if message_type_info is None:  # only after the handles: SQL Server checks them first
@@ -69,7 +55,7 @@ def _handle_list(handles: object) -> list[object]:
     for item in items:
         key = ep.as_handle(item)
         if key in seen:
-            raise BrokerError(0, f'The conversation handle "{str(key).upper()}" is specified more than once.')
+            raise InvalidArgumentError(REPEATED_HANDLE, handle=str(key).upper())
         seen.add(key)
     return items
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from xml.sax.saxutils import escape
 
+from broker import arguments
 from broker.errors import NOT_AN_ERROR_BODY, ArgumentTypeError, InvalidArgumentError
 from broker.validation import XmlRefused, parse_xml
 
@@ -32,12 +33,20 @@ _INT_RANGE = range(-(2**31), 2**31)
 
 
 def error_body(code: int, description: str) -> bytes:
-    """The XML body of an Error message, as SQL Server writes it (UTF-8 here)."""
+    """The XML body of an Error message, as SQL Server writes it (UTF-8 here).
+
+    A character XML 1.0 cannot carry (a control character in a service's name quoted in
+    a broker error) becomes U+FFFD, so every Error body parses at the far side; END
+    CONVERSATION refuses such a description before it gets here (``arguments.failure``).
+    """
+    number = arguments.integer(code, "the error code")
+    text = arguments.xml_text(arguments.text(description, "the error description"))
     return (
         '<?xml version="1.0"?>'
         f'<Error xmlns="{_ERROR_NS}">'
-        f"<Code>{int(code)}</Code>"
-        f"<Description>{escape(description)}</Description>"
+        f"<Code>{number}</Code>"
+        # A carriage return is written as a reference: a parser turns a literal one into \n.
+        f"<Description>{escape(text, {chr(13): '&#13;'})}</Description>"
         "</Error>"
     ).encode()
 

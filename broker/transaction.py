@@ -18,11 +18,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import event, text
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from broker import dialogs, events, pending, poison, receiving, sending
+from broker import arguments, dialogs, events, pending, poison, receiving, sending
+from broker.arguments import FOREVER
 from broker.context import TxContext
-from broker.errors import BrokerError
+from broker.driver_errors import as_broker_error
+from broker.errors import BrokerError, InvalidArgumentError
 from broker.messages import Message
 from broker.queue_tables import queue_table
 
@@ -31,7 +34,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("broker")
 T = TypeVar("T")
-FOREVER = -1
 
 
 class Transaction:
@@ -60,8 +62,17 @@ class Transaction:
         Takes the new dialog's group lock. ``encryption`` is accepted for
         compatibility; dialogs inside one database are never encrypted.
         """
+        initiator = arguments.optional_text(from_service, "FROM SERVICE")
+        target = arguments.target_service(to_service)
+        contract_name = arguments.optional_text(contract, "contract name")
+        broker_instance = arguments.broker_instance(broker_instance)
+        related_conversation = arguments.optional_guid(related_conversation, "RELATED_CONVERSATION")
+        related_conversation_group = arguments.optional_guid(related_conversation_group,
+                                                             "RELATED_CONVERSATION_GROUP")
+        lifetime = arguments.lifetime(lifetime)
+        arguments.flag(encryption, "ENCRYPTION")
         return self._write(lambda ctx: dialogs.begin_dialog(
-            ctx, from_service, to_service, contract, broker_instance=broker_instance,
+            ctx, initiator, target, contract_name, broker_instance=broker_instance,
             related_conversation=related_conversation,
             related_conversation_group=related_conversation_group, lifetime=lifetime))
 
@@ -69,9 +80,12 @@ class Transaction:
         """SEND ON CONVERSATION one handle or a list of handles (atomic across them).
 
         The message reaches the target queue when this transaction commits, or waits in
-        the transmission queue when the target cannot take it now.
+        the transmission queue when the target cannot take it now. Takes the group lock
+        of every handle's conversation.
         """
-        self._write(lambda ctx: sending.send(ctx, handle, message_type, body))
+        message_type = arguments.text(message_type, "message type name")
+        payload = arguments.body(body)
+        self._write(lambda ctx: sending.send(ctx, handle, message_type, payload))
 
     def receive(self, queue: str, top: int | None = None, *, conversation_handle: object | None = None,
                 conversation_group_id: object | None = None, timeout: float | None = None) -> list[Message]:
@@ -79,30 +93,59 @@ class Transaction:
 
         ``timeout``: None returns at once; seconds to wait; -1 waits forever. Received
         messages leave the queue (or turn status 0 under RETENTION) when this
-        transaction commits; a rollback puts them back in place.
+        transaction commits; a rollback puts them back in place. Takes the lock of the
+        group it returns messages of (a WHERE-named group's lock is waited for).
         """
+        queue = arguments.queue_name(queue)
+        top = arguments.top(top)
+        conversation_handle = arguments.optional_guid(conversation_handle, "conversation_handle")
+        conversation_group_id = arguments.optional_guid(conversation_group_id, "conversation_group_id")
+        if conversation_handle is not None and conversation_group_id is not None:
+            raise InvalidArgumentError(102, "RECEIVE takes WHERE conversation_handle or conversation_group_id, "
+                                            "not both.", near="AND")
+        wait = arguments.wait_time(timeout)
         unfiltered = conversation_handle is None and conversation_group_id is None
-        return self._watched(queue, unfiltered, lambda: self._waitfor(queue, timeout, lambda ctx: receiving.receive(
+        return self._watched(queue, unfiltered, lambda: self._waitfor(queue, wait, lambda ctx: receiving.receive(
             ctx, queue, top, conversation_handle, conversation_group_id), empty=[]))
 
     def get_conversation_group(self, queue: str, timeout: float | None = None) -> uuid.UUID | None:
         """GET CONVERSATION GROUP: the next group RECEIVE would serve, locked; None if none."""
+        queue = arguments.queue_name(queue)
+        wait = arguments.wait_time(timeout)
         return self._watched(queue, True, lambda: self._waitfor(
-            queue, timeout, lambda ctx: receiving.get_conversation_group(ctx, queue), empty=None))
+            queue, wait, lambda ctx: receiving.get_conversation_group(ctx, queue), empty=None))
 
     def move_conversation(self, handle: object, conversation_group_id: object) -> None:
         """MOVE CONVERSATION into another group of the same queue (locks both groups)."""
+        handle = arguments.optional_guid(handle, "conversation handle")
+        conversation_group_id = arguments.optional_guid(conversation_group_id, "conversation group id")
         self._write(lambda ctx: dialogs.move_conversation(ctx, handle, conversation_group_id))
 
     def end_conversation(self, handle: object, *, error: int | None = None,
                          description: str | None = None, cleanup: bool = False) -> None:
-        """END CONVERSATION [WITH ERROR = n DESCRIPTION = '...' | WITH CLEANUP]."""
+        """END CONVERSATION [WITH ERROR = n DESCRIPTION = '...' | WITH CLEANUP].
+
+        Takes the conversation's group lock. WITH ERROR needs both a code (an ``int``
+        > 0) and a description XML can carry (at most 3000 characters).
+        """
+        handle = arguments.optional_guid(handle, "conversation handle")
+        error, description = arguments.failure(error, description)
+        cleanup = arguments.flag(cleanup, "WITH CLEANUP")
+        if cleanup and (error is not None or description is not None):
+            raise InvalidArgumentError(102, "END CONVERSATION takes WITH ERROR or WITH CLEANUP, not both.",
+                                       near="CLEANUP")
         self._write(lambda ctx: dialogs.end_conversation(
             ctx, handle, error=error, description=description, cleanup=cleanup))
 
     def begin_conversation_timer(self, handle: object, timeout: float) -> None:
-        """BEGIN CONVERSATION TIMER: a DialogTimer message arrives ``timeout`` seconds from now."""
-        self._write(lambda ctx: dialogs.begin_conversation_timer(ctx, handle, timeout))
+        """BEGIN CONVERSATION TIMER: a DialogTimer message arrives ``timeout`` seconds from now.
+
+        ``timeout`` is seconds, 0 up to an ``int``'s range, and no later than the
+        dialog's lifetime (8410). Takes the conversation's group lock.
+        """
+        handle = arguments.optional_guid(handle, "conversation handle")
+        seconds = arguments.seconds(timeout, "the conversation timer TIMEOUT")
+        self._write(lambda ctx: dialogs.begin_conversation_timer(ctx, handle, seconds))
 
     # -- running verbs ---------------------------------------------------------------
 
@@ -119,11 +162,13 @@ class Transaction:
         if self._doomed:
             raise BrokerError(3930, "The current transaction cannot be committed and cannot support "
                                     "operations that write to the log file. Roll back the transaction.")
-        ctx = self._context()
         try:
-            return verb(ctx)
+            return verb(self._context())
         except BrokerError:
             raise  # raised before any write: the transaction stays usable
+        except SQLAlchemyError as exc:
+            self._doomed = True
+            raise as_broker_error(exc) from exc
         except BaseException:
             self._doomed = True
             raise
@@ -136,8 +181,6 @@ class Transaction:
     def _waitfor(self, queue: str, timeout: float | None, attempt: Callable[[TxContext], T], empty: T) -> T:
         if timeout is None or timeout == 0:
             return self._call(attempt)
-        if timeout != FOREVER and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
-            raise BrokerError(0, f"timeout must be None, seconds >= 0 or -1; got {timeout!r}")
         deadline = float("inf") if timeout == FOREVER else time.monotonic() + timeout
         # Other processes' commits must reach the notifier before the first look.
         self._state.backend.start_listening(self._state.engine, self._state.notifier)
@@ -217,7 +260,10 @@ class Transaction:
         ctx = self._ctx
         touched = ctx.touched_queues if ctx is not None else set()
         if self._owned is not None:
-            self._end(self._owned, commit=True)
+            try:
+                self._end(self._owned, commit=True)
+            except SQLAlchemyError as exc:
+                raise as_broker_error(exc) from exc
             if ctx is not None:
                 ctx.kept.committed(ctx.catalog.version)
         self._ctx = None
@@ -294,6 +340,11 @@ class Transaction:
         return self._context().conn
 
     def query(self, sql: str, **params: Any) -> list[dict[str, Any]]:
-        """Run SQL in this transaction (e.g. ``SELECT * FROM "TargetQueue"``); rows as dicts."""
+        """Run SQL in this transaction (e.g. ``SELECT * FROM "TargetQueue"``); rows as dicts.
+
+        A statement the database refuses dooms the transaction, as any database failure
+        inside a verb does (PostgreSQL aborts the transaction anyway).
+        """
+        statement = arguments.text(sql, "SQL statement", empty=False)
         self._wrote = True
-        return [dict(row._mapping) for row in self._context().conn.execute(text(sql), params)]
+        return self._call(lambda ctx: [dict(row._mapping) for row in ctx.conn.execute(text(statement), params)])

@@ -90,7 +90,8 @@ def test_create_queue_with_activation(run: Run) -> None:
 
 def test_create_queue_activation_errors(run: Run) -> None:
     result = run("create", "queue", "Q", "--activation-status", "on", expect=1)
-    assert result.stderr == "error: ACTIVATION needs PROCEDURE_NAME\n"
+    assert result.stderr == ("error 59004: CREATE QUEUE ... WITH ACTIVATION needs PROCEDURE_NAME "
+                             "and MAX_QUEUE_READERS.\n")
     run("create", "queue", "Q", "--activation-procedure", "m:f", "--max-queue-readers", "-1", expect=2)
     run("create", "queue", "Q", "--poison-message-handling", "sometimes", expect=2)
 

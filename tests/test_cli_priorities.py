@@ -70,7 +70,7 @@ def test_errors(run: Run, services: None) -> None:
     one_error_line(run("create", "priority", "P", "--contract", "//no/such", expect=1), 8425)
     one_error_line(run("create", "priority", "P", "--local-service", "//no/such", expect=1), 8423)
     level = run("create", "priority", "P", "--level", "11", expect=1)
-    assert level.stderr.startswith("error: PRIORITY_LEVEL must be 1 to 10")
+    assert level.stderr.startswith("error 59002: PRIORITY_LEVEL must be from 1 to 10")
     assert "DEFAULT" in run("create", "priority", "P", "--level", "high", expect=2).stderr
 
     run("create", "priority", "P")

@@ -67,15 +67,19 @@ def test_connect_upgrades_an_empty_file_and_is_idempotent(db_url: str) -> None:
 def test_wheel_ships_the_migrations_and_creates_a_database(tmp_path: Path) -> None:
     """A non-editable install (the wheel) can create and upgrade a database on its own."""
     wheel_dir = tmp_path / "wheel"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v",
          "-w", str(wheel_dir), str(REPO)],
-        check=True, capture_output=True,
+        check=True, capture_output=True, text=True,
     )
+    # The build is clean: no deprecated metadata, no importable folder left out of the packages.
+    assert "Deprecat" not in build.stdout + build.stderr
+    assert "absent from the `packages`" not in build.stdout + build.stderr
     [wheel] = wheel_dir.glob("servicebroker-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "broker/_alembic/env.py" in names
     assert "broker/_migrations/0001_catalog.py" in names
+    assert "broker/spark/conf/log4j2.properties" in names
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     script = (

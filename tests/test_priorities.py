@@ -289,12 +289,15 @@ def test_alter_changes_only_the_options_given(tutorial: broker.Broker) -> None:
         ({"local_service_name": TARGET_SERVICE.lower()}, 8423),
         ({"remote_service_name": ""}, 8412),
         ({"remote_service_name": "x" * 257}, 8412),
-        ({"priority_level": 0}, 0),
-        ({"priority_level": 11}, 0),
-        ({"priority_level": True}, 0),
-        ({"priority_level": 7.0}, 0),
-        ({"priority_level": "7"}, 0),
-        ({"priority_level": "HIGH"}, 0),
+        ({"priority_level": 0}, 59002),
+        ({"priority_level": 11}, 59002),
+        ({"priority_level": 256}, 8115),
+        ({"priority_level": True}, 206),
+        ({"priority_level": 7.0}, 206),
+        ({"priority_level": "7"}, 206),
+        ({"priority_level": "HIGH"}, 206),
+        ({"contract_name": 5}, 206),
+        ({"remote_service_name": "a\x00b"}, 102),
     ],
 )
 def test_create_and_alter_check_their_options(tutorial: broker.Broker, options: dict[str, Any], number: int) -> None:
@@ -313,11 +316,11 @@ def test_ddl_error_numbers(tutorial: broker.Broker) -> None:
     tutorial.create_broker_priority("P")
     cases = [
         (lambda: tutorial.create_broker_priority("P", priority_level=9), 2714),
-        (lambda: tutorial.create_broker_priority(""), 0),
+        (lambda: tutorial.create_broker_priority(""), 1038),
         (lambda: tutorial.create_broker_priority("n" * 129), 103),
         (lambda: tutorial.alter_broker_priority("Q", priority_level=9), 15151),
-        (lambda: tutorial.alter_broker_priority("P"), 0),
-        (lambda: tutorial.alter_broker_priority("P", level=9), 0),
+        (lambda: tutorial.alter_broker_priority("P"), 59004),
+        (lambda: tutorial.alter_broker_priority("P", level=9), 59003),
         (lambda: tutorial.drop_broker_priority("Q"), 3701),
     ]
     for call, number in cases:
@@ -334,7 +337,7 @@ def test_a_failed_priority_statement_writes_nothing_and_keeps_the_transaction(tu
         tx.run(lambda ctx: priorities.create_broker_priority(ctx, "P", contract_name=CONTRACT, priority_level=4))
         with pytest.raises(broker.BrokerError):
             tx.run(lambda ctx: priorities.alter_broker_priority(
-                ctx, "P", contract_name="ANY", priority_level=11))
+                ctx, "P", contract_name="//no/such/contract", priority_level=7))
         with pytest.raises(broker.BrokerError):
             tx.run(lambda ctx: priorities.create_broker_priority(ctx, "P", contract_name="ANY"))
         handle = tx.begin_dialog(INITIATOR_SERVICE, TARGET_SERVICE, CONTRACT)

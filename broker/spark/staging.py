@@ -31,11 +31,11 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.pool import NullPool
 
 import broker
+from broker import arguments
 from broker.endpoints import as_handle
 from broker.engine import create_broker_engine
 from broker.errors import BrokerError
 from broker.models import SparkSink, SparkStagedMessage
-from broker.sending import as_body
 
 COLUMNS = ("conversation_handle", "from_service", "to_service", "contract", "message_type", "message_body",
            "dialog_key")
@@ -84,7 +84,7 @@ def _staged(row: Mapping[str, Any], job: str, batch_id: int | None, token: str, 
         "conversation_handle": None if handle is None else as_handle(handle),
         "from_service": row.get("from_service"), "to_service": row.get("to_service"),
         "contract": row.get("contract"), "message_type": row.get("message_type"),
-        "dialog_key": row.get("dialog_key"), "message_body": as_body(row.get("message_body")),
+        "dialog_key": row.get("dialog_key"), "message_body": arguments.body(row.get("message_body")),
         "staged_at": now,
     }
 

@@ -1,0 +1,56 @@
+"""A database failure met inside a verb, told as a numbered :class:`BrokerError`.
+
+The verbs check their arguments before any SQL runs (``broker.arguments``), so what
+reaches here is the database itself failing: a lock wait that ran out, a deadlock, a
+full disk, a lost connection. Each gets SQL Server's number for the same situation where
+there is one (1205 deadlock victim, 1222 lock timeout, 1105 no space, ...), else the
+project's own ``DATABASE_FAILURE``. The driver's exception stays the ``__cause__``.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from broker.errors import DATABASE_FAILURE, BrokerError
+
+# SQLite's primary result codes (sqlite3 errors carry ``sqlite_errorcode``; the low byte
+# is the primary code).
+_SQLITE_NUMBERS = {
+    5: (1222, "Lock request time out period exceeded."),  # SQLITE_BUSY
+    6: (1222, "Lock request time out period exceeded."),  # SQLITE_LOCKED
+    8: (3906, "Failed to update database because the database is read-only."),  # SQLITE_READONLY
+    10: (823, "The operating system returned an error on a read or write of the database file."),  # IOERR
+    11: (824, "The database file is corrupt."),  # SQLITE_CORRUPT
+    13: (1105, "Could not allocate space in the database: the disk is full."),  # SQLITE_FULL
+    26: (5120, "The file is not a database."),  # SQLITE_NOTADB
+}
+# PostgreSQL's SQLSTATE classes and codes (psycopg errors carry ``sqlstate``).
+_POSTGRES_NUMBERS = {
+    "40P01": (1205, "The transaction was deadlocked on lock resources with another process and has been "
+                    "chosen as the deadlock victim. Rerun the transaction."),
+    "40001": (1205, "The transaction could not be serialized with a concurrent one. Rerun the transaction."),
+    "55P03": (1222, "Lock request time out period exceeded."),
+    "57014": (1222, "The statement was canceled (a statement or lock timeout ran out)."),
+    "53100": (1105, "Could not allocate space in the database: the disk is full."),
+    "42883": (206, "Operand type clash."),
+    "42804": (206, "Operand type clash."),
+    "08": (10054, "The connection to the database server was lost."),
+    "57P": (10054, "The database server shut the connection."),
+}
+
+
+def as_broker_error(exc: SQLAlchemyError) -> BrokerError:
+    """The numbered error for a database failure (raise it ``from exc``)."""
+    driver = getattr(exc, "orig", None) or exc
+    detail = (str(driver).strip().splitlines() or [type(driver).__name__])[0]
+    code = getattr(driver, "sqlite_errorcode", None)
+    if isinstance(code, int) and (code & 0xFF) in _SQLITE_NUMBERS:
+        number, text = _SQLITE_NUMBERS[code & 0xFF]
+        return BrokerError(number, f"{text} ({detail})")
+    state = getattr(driver, "sqlstate", None)
+    if isinstance(state, str):
+        for prefix in (state, state[:3], state[:2]):
+            if prefix in _POSTGRES_NUMBERS:
+                number, text = _POSTGRES_NUMBERS[prefix]
+                return BrokerError(number, f"{text} ({detail})")
+    return BrokerError(DATABASE_FAILURE, reason=detail)

@@ -45,6 +45,7 @@ BASELINE_BODY = b"<baseline>committed before the hostile input</baseline>"
 UNKNOWN_HANDLE = "6F9619FF-8B86-D011-B42D-00C04FC964FF"
 BROKER_SCRIPT = Path(sys.executable).with_name("broker")
 EXAMPLES = 8  # per option, per backend: the suite stays quick
+LONG_EXAMPLES = 200  # pytest -m slow tests/test_cli_hostile.py
 
 
 # -- the world: a baseline the hostile input must not harm -----------------------------
@@ -418,7 +419,18 @@ SLOTS = [
 
 @pytest.mark.parametrize("slot", SLOTS, ids=lambda slot: slot.name)
 def test_any_value_in_any_option(world: World, slot: Slot) -> None:
-    @settings(max_examples=EXAMPLES, deadline=None, database=None)
+    any_value_in(world, slot, EXAMPLES)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+@pytest.mark.parametrize("slot", SLOTS, ids=lambda slot: slot.name)
+def test_any_value_in_any_option_long_run(world: World, slot: Slot) -> None:
+    any_value_in(world, slot, LONG_EXAMPLES)
+
+
+def any_value_in(world: World, slot: Slot, examples: int) -> None:
+    @settings(max_examples=examples, deadline=None, database=None)
     @given(value=slot.values)
     def one_value(value: str) -> None:
         args = [value if arg == VALUE else arg for arg in slot.args]

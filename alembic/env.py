@@ -12,9 +12,9 @@ import os
 from sqlalchemy.engine import Connection
 
 from alembic import context
-from broker.engine import create_broker_engine
-from broker.models import Base
-from broker.queue_tables import is_internal_queue_object
+from broker.storage.engine import create_broker_engine
+from broker.storage.models import Base
+from broker.storage.queue_tables import is_internal_queue_object
 
 config = context.config
 

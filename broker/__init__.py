@@ -19,6 +19,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from broker.conversations.messages import Message
+    from broker.conversations.system_messages import DIALOG_TIMER, END_DIALOG, ERROR, error_body, parse_error
     from broker.database import Broker, connect
     from broker.errors import (
         ArgumentTypeError,
@@ -27,8 +29,6 @@ if TYPE_CHECKING:
         InvalidArgumentError,
         QueueDisabledError,
     )
-    from broker.messages import Message
-    from broker.system_messages import DIALOG_TIMER, END_DIALOG, ERROR, error_body, parse_error
     from broker.transaction import Transaction
 
 __all__ = [
@@ -57,12 +57,12 @@ _HOMES = {
     "InvalidArgumentError": "broker.errors",
     "ArgumentTypeError": "broker.errors",
     "QueueDisabledError": "broker.errors",
-    "Message": "broker.messages",
-    "DIALOG_TIMER": "broker.system_messages",
-    "END_DIALOG": "broker.system_messages",
-    "ERROR": "broker.system_messages",
-    "error_body": "broker.system_messages",
-    "parse_error": "broker.system_messages",
+    "Message": "broker.conversations.messages",
+    "DIALOG_TIMER": "broker.conversations.system_messages",
+    "END_DIALOG": "broker.conversations.system_messages",
+    "ERROR": "broker.conversations.system_messages",
+    "error_body": "broker.conversations.system_messages",
+    "parse_error": "broker.conversations.system_messages",
     "Transaction": "broker.transaction",
 }
 

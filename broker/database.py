@@ -12,19 +12,21 @@ from sqlalchemy import Engine, Table, bindparam, func, select, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session, sessionmaker
 
-from broker import arguments, objects, priorities, schema
-from broker.context import TxContext
-from broker.engine import create_broker_engine
+from broker import arguments
+from broker.conversations.messages import Message
+from broker.conversations.receiving import message_from_row
+from broker.ddl import objects, priorities
 from broker.errors import BrokerError
 from broker.events import EventHub
-from broker.messages import Message
-from broker.models import ConversationEndpoint, TransmissionQueueEntry
-from broker.queue_tables import queue_table
-from broker.receiving import message_from_row
-from broker.runtime import DEFAULT_POLL_S, Runtime
-from broker.runtime_state import DatabaseState
+from broker.runtime.runner import DEFAULT_POLL_S, Runtime
+from broker.storage import schema
+from broker.storage.context import TxContext
+from broker.storage.engine import create_broker_engine
+from broker.storage.models import ConversationEndpoint, TransmissionQueueEntry
+from broker.storage.queue_tables import queue_table
+from broker.storage.state import DatabaseState
+from broker.storage.types import GUID, UTCDateTime
 from broker.transaction import Transaction
-from broker.types import GUID, UTCDateTime
 
 T = TypeVar("T")
 
@@ -68,6 +70,12 @@ class Broker:
         self._state = DatabaseState(engine)
         self.Session = sessionmaker(bind=engine)
         self.events: EventHub = self._state.events
+
+    @property
+    def state(self) -> DatabaseState:
+        """What every transaction on this database shares in this process (the runtime's
+        and extensions' way in: backend, catalog snapshot, notifier)."""
+        return self._state
 
     # -- transactions ------------------------------------------------------------------
 

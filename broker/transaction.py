@@ -2,7 +2,7 @@
 
 The verbs mirror Service Broker's statements one to one. Each runs in this
 transaction: its effects are visible to others only after commit and vanish on
-rollback. Locks (``broker.backends``): on SQLite the transaction holds the database write
+rollback. Locks (``broker.storage.backends``): on SQLite the transaction holds the database write
 lock (``BEGIN IMMEDIATE``) from its first verb to its end, which includes every
 conversation group lock; on PostgreSQL it holds row locks on the conversation groups it
 receives from (and the rows it writes) until it ends.
@@ -21,16 +21,18 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from broker import arguments, dialogs, events, pending, poison, receiving, sending
+from broker import arguments, events
 from broker.arguments import FOREVER
-from broker.context import TxContext
-from broker.driver_errors import as_broker_error
+from broker.conversations import dialogs, poison, receiving, sending
+from broker.conversations.messages import Message
 from broker.errors import BrokerError, InvalidArgumentError
-from broker.messages import Message
-from broker.queue_tables import queue_table
+from broker.storage import pending
+from broker.storage.context import TxContext
+from broker.storage.driver_errors import as_broker_error
+from broker.storage.queue_tables import queue_table
 
 if TYPE_CHECKING:
-    from broker.runtime_state import DatabaseState
+    from broker.storage.state import DatabaseState
 
 log = logging.getLogger("broker")
 T = TypeVar("T")
@@ -204,7 +206,7 @@ class Transaction:
 
         A transaction that has not written rolls its empty attempt back (releasing the
         SQLite write lock, or PostgreSQL's group locks) and begins again when woken.
-        One that has written keeps its locks while it waits (see ``broker.backends``).
+        One that has written keeps its locks while it waits (see ``broker.storage.backends``).
         """
         ctx = self._context()
         queue = receiving.receivable_queue(ctx, queue_name)
@@ -297,7 +299,7 @@ class Transaction:
         """Commit or roll back the broker's own connection, wherever its transaction began.
 
         One begun on the driver (``Backend.begin_on_driver``) that SQLAlchemy never saw
-        ends on the driver, after the held-back writes (``broker.pending``); once any
+        ends on the driver, after the held-back writes (``broker.storage.pending``); once any
         SQLAlchemy statement has run, SQLAlchemy has joined it and ends it.
         """
         if conn.in_transaction():

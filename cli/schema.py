@@ -1,6 +1,6 @@
-"""Schema commands over ``broker.schema`` (Alembic): init, upgrade, downgrade, current, history.
+"""Schema commands over ``broker.storage.schema`` (Alembic): init, upgrade, downgrade, current, history.
 
-``broker.schema`` (and through it SQLAlchemy and Alembic) loads when one of them runs.
+``broker.storage.schema`` (and through it SQLAlchemy and Alembic) loads when one of them runs.
 Alembic's refusals (an unknown revision, ...) print one line and exit 1.
 """
 
@@ -29,7 +29,7 @@ def init(state: CliState) -> None:
     Example:
       broker --db sqlite:///app.db init
     """
-    from broker import schema
+    from broker.storage import schema
 
     _migrate(state, schema.upgrade, "head")
 
@@ -45,7 +45,7 @@ def upgrade(state: CliState, revision: str) -> None:
       broker upgrade
       broker upgrade 0001
     """
-    from broker import schema
+    from broker.storage import schema
 
     _migrate(state, schema.upgrade, revision)
 
@@ -62,7 +62,7 @@ def downgrade(state: CliState, revision: str) -> None:
     Example:
       broker downgrade base
     """
-    from broker import schema
+    from broker.storage import schema
 
     _migrate(state, schema.downgrade, revision)
 
@@ -78,7 +78,7 @@ def current(state: CliState) -> None:
     Example:
       broker current
     """
-    from broker import schema
+    from broker.storage import schema
 
     revision = schema.current_revision(state.engine())
     click.echo(f"{_shown(revision)}{' (head)' if revision == schema.HEAD_REVISION else ''}")
@@ -93,7 +93,7 @@ def history(as_json: bool) -> None:
     Example:
       broker history --json
     """
-    from broker import schema
+    from broker.storage import schema
 
     with _alembic_refusals():
         revisions = schema.history()
@@ -103,7 +103,7 @@ def history(as_json: bool) -> None:
 
 def _migrate(state: CliState, step: Callable[[Engine, str], None], revision: str) -> None:
     """Upgrade or downgrade the database to ``revision``, then print the revision it is at."""
-    from broker import schema
+    from broker.storage import schema
 
     engine = state.engine()
     with _alembic_refusals():

@@ -33,7 +33,7 @@ class CliState:
     def engine(self) -> Engine:
         """A bare engine (no schema upgrade), for the Alembic commands."""
         if self._engine is None:
-            from broker.engine import create_broker_engine
+            from broker.storage.engine import create_broker_engine
 
             self._engine = _bad_url_is_usage_error(lambda: create_broker_engine(self.url))
         return self._engine

@@ -104,7 +104,7 @@ def _ticks(iterations: int | None, interval: float) -> Iterator[int]:
 
 
 def _summary(shown_url: str, db: broker.Broker) -> dict[str, Any]:
-    from broker import schema as broker_schema
+    from broker.storage import schema as broker_schema
 
     now = datetime.now(UTC)
     database = db.catalog("sys.databases")[0]

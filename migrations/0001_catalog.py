@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 
 from alembic import op
-from broker.types import GUID, UTCDateTime
+from broker.storage.types import GUID, UTCDateTime
 
 revision: str = "0001"
 down_revision: str | None = None

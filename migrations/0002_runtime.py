@@ -14,7 +14,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from alembic import op
-from broker.types import GUID, UTCDateTime
+from broker.storage.types import GUID, UTCDateTime
 
 revision: str = "0002"
 down_revision: str | None = "0001"

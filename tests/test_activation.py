@@ -39,9 +39,10 @@ from support import (
 )
 
 import broker
-from broker import activation, events
-from broker.models import ActivatedTask
-from broker.runtime import Runtime
+from broker import events
+from broker.runtime import activation
+from broker.runtime.runner import Runtime
+from broker.storage.models import ActivatedTask
 from cli.main import cli
 
 FEW_S = 0.2

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 import broker
-from broker import schema
+from broker.storage import schema
 from cli.main import cli
 
 REQUEST = "//test/Request"

@@ -29,10 +29,11 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
 import broker
-from broker import arguments, schema
+from broker import arguments
 from broker.arguments import BIGINT_MAX, INT_MAX, SMALLINT_MAX
-from broker.engine import create_broker_engine
 from broker.errors import BAD_URL, DATABASE_FAILURE, DRIVER_MISSING, ArgumentTypeError, InvalidArgumentError
+from broker.storage import schema
+from broker.storage.engine import create_broker_engine
 from cli import status as status_command
 from cli.main import cli
 

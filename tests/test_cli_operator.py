@@ -32,8 +32,8 @@ from test_cli import (
 )
 
 import broker
-from broker.delivery import SERVICE_NOT_FOUND
-from broker.models import ActivatedTask, QueueMonitor
+from broker.conversations.delivery import SERVICE_NOT_FOUND
+from broker.storage.models import ActivatedTask, QueueMonitor
 from cli.main import cli
 
 # test_cli's fixtures: a fresh database (url), the runner (run) and two services.

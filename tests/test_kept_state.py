@@ -1,4 +1,4 @@
-"""What a connection keeps from one transaction to the next (``broker.pending``).
+"""What a connection keeps from one transaction to the next (``broker.storage.pending``).
 
 On SQLite a thread's connection reuses the endpoint rows, the catalog version and the
 next timer deadline of its last committed transaction while no other connection has

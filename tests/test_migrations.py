@@ -13,10 +13,10 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
 
 import broker
-from broker import schema
-from broker.engine import create_broker_engine
-from broker.models import Base
-from broker.queue_tables import is_internal_queue_object
+from broker.storage import schema
+from broker.storage.engine import create_broker_engine
+from broker.storage.models import Base
+from broker.storage.queue_tables import is_internal_queue_object
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -25,7 +25,7 @@ from support import (
 )
 
 import broker
-from broker import priorities
+from broker.ddl import priorities
 
 URGENT_CONTRACT = "//AWDB/1DBSample/UrgentContract"
 BOTH_SERVICE = "//AWDB/1DBSample/PriorityTargetService"

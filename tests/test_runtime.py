@@ -22,7 +22,7 @@ from support import (
 )
 
 import broker
-from broker.models import BrokerDatabase, ServiceQueue
+from broker.storage.models import BrokerDatabase, ServiceQueue
 
 
 def _types(db: broker.Broker, queue: str) -> list[str]:

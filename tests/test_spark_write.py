@@ -13,8 +13,8 @@ from sqlalchemy import func, select
 from support import sqlite_only
 
 import broker
-from broker.models import SparkSink, SparkStagedMessage
 from broker.spark.sinks import MARKER, checkpoint_sink_id
+from broker.storage.models import SparkSink, SparkStagedMessage
 from cli.main import cli
 
 pytestmark = pytest.mark.spark

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from broker.engine import create_broker_engine
-from broker.queue_tables import queue_statements, queue_table
+from broker.storage.engine import create_broker_engine
+from broker.storage.queue_tables import queue_statements, queue_table
 
 TABLE = "queue_messages_1"
 KIB = 1024

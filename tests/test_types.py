@@ -1,6 +1,6 @@
 """The SQLite column processors write exactly what SQLAlchemy's own would, and read it back.
 
-``broker.types`` replaces SQLAlchemy's generic processing on SQLite with its own fast
+``broker.storage.types`` replaces SQLAlchemy's generic processing on SQLite with its own fast
 paths; stored text must not change with them (SQL comparisons on it, rows written by
 older versions, the plain ``sqlite3`` shell).
 """
@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import DateTime, String
 from sqlalchemy.dialects import sqlite
 
-from broker.types import GUID, UTCDateTime
+from broker.storage.types import GUID, UTCDateTime
 
 DIALECT = sqlite.dialect()
 MOMENTS = [

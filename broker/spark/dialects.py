@@ -1,6 +1,6 @@
 """What the Spark data source does differently on SQLite and PostgreSQL.
 
-Only this module branches on the dialect (the broker's own seam, ``broker.backends``,
+Only this module branches on the dialect (the broker's own seam, ``broker.storage.backends``,
 covers transactions, locks and wake-ups; this one covers what Spark adds):
 
 * the partition of a conversation group: the last byte of its id modulo the number of

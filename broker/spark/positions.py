@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from sqlalchemy import and_, select
 from sqlalchemy.engine import Connection
 
-from broker.catalog import load_catalog
-from broker.queue_tables import queue_table
 from broker.spark.dialects import dialect_for
 from broker.spark.reading import READY, queue_info
+from broker.storage.catalog import load_catalog
+from broker.storage.queue_tables import queue_table
 
 
 @dataclass(slots=True)

@@ -17,12 +17,12 @@ from sqlalchemy import Engine, Select, String, Table, and_, cast, create_engine,
 from sqlalchemy.engine import Connection
 from sqlalchemy.pool import NullPool
 
-from broker.catalog import Catalog, QueueInfo, load_catalog
+from broker.conversations.receiving import RECEIVE_OUTPUT_STATUS
 from broker.errors import BrokerError
-from broker.queue_tables import queue_table
-from broker.receiving import RECEIVE_OUTPUT_STATUS
 from broker.spark.columns import RECEIVE_COLUMNS, arrow_schema, record_batch
 from broker.spark.dialects import dialect_for
+from broker.storage.catalog import Catalog, QueueInfo, load_catalog
+from broker.storage.queue_tables import queue_table
 
 BATCH_ROWS = 10_000
 READY = 1

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from sqlalchemy import and_, select
 
-from broker import poison, receiving
-from broker.context import TxContext
-from broker.queue_tables import queue_statements, queue_table
+from broker.conversations import poison, receiving
 from broker.spark.reading import READY
+from broker.storage.context import TxContext
+from broker.storage.queue_tables import queue_statements, queue_table
 
 
 def receive_through(ctx: TxContext, queue_name: str, end: int) -> int:

@@ -32,10 +32,10 @@ from sqlalchemy.pool import NullPool
 
 import broker
 from broker import arguments
-from broker.endpoints import as_handle
-from broker.engine import create_broker_engine
+from broker.conversations.endpoints import as_handle
 from broker.errors import BrokerError
-from broker.models import SparkSink, SparkStagedMessage
+from broker.storage.engine import create_broker_engine
+from broker.storage.models import SparkSink, SparkStagedMessage
 
 COLUMNS = ("conversation_handle", "from_service", "to_service", "contract", "message_type", "message_body",
            "dialog_key")

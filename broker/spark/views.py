@@ -21,7 +21,7 @@ from broker.errors import BrokerError
 from broker.spark.columns import Columns, arrow_schema, record_batch
 from broker.spark.dialects import dialect_for
 from broker.spark.reading import reading
-from broker.types import GUID, UTCDateTime
+from broker.storage.types import GUID, UTCDateTime
 
 
 def view_name(name: str) -> str:

@@ -9,19 +9,19 @@ from typing import TYPE_CHECKING
 from sqlalchemy import update
 from sqlalchemy.engine import Connection
 
-from broker.catalog import Catalog, load_catalog
-from broker.models import BrokerDatabase
-from broker.pending import Pending
+from broker.storage.catalog import Catalog, load_catalog
+from broker.storage.models import BrokerDatabase
+from broker.storage.pending import Pending
 
 if TYPE_CHECKING:
-    from broker.runtime_state import DatabaseState
+    from broker.storage.state import DatabaseState
 
 
 @dataclass(slots=True)
 class TxContext:
     """A connection inside a transaction, the catalog it sees, and what it changed.
 
-    ``kept`` is the connection's write-behind buffer (``broker.pending``).
+    ``kept`` is the connection's write-behind buffer (``broker.storage.pending``).
     ``touched_queues`` collects the queues that received messages so that waiting
     readers are woken once the transaction commits; ``received_queues`` the queues it
     took messages from, for poison-message detection.

@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import Row, Table, bindparam, delete, exists, insert, select, update
-from sqlalchemy.engine import Connection
 
-from broker import priorities
 from broker.arguments import wrong_type
-from broker.context import TxContext
+from broker.conversations import priorities
 from broker.errors import BrokerError, ConversationNotFoundError
-from broker.models import ConversationEndpoint, ConversationGroup, TransmissionQueueEntry
-from broker.queue_tables import queue_table
-from broker.statements import Prepared
+from broker.storage.context import TxContext
+from broker.storage.models import ConversationEndpoint, ConversationGroup, TransmissionQueueEntry
+from broker.storage.queue_tables import queue_table
+from broker.storage.rows import Endpoint
+from broker.storage.statements import Prepared
 
 endpoints = cast(Table, ConversationEndpoint.__table__)
 groups = cast(Table, ConversationGroup.__table__)
@@ -40,38 +40,6 @@ def as_handle(value: object) -> uuid.UUID:
         raise ConversationNotFoundError(value) from None
 
 
-@dataclass(slots=True, eq=False)
-class Endpoint:
-    """One row of ``sb_conversation_endpoints`` (columns in table order).
-
-    Mutable: SEND and delivery advance the sequence numbers and state of the row kept
-    for the transaction in place (``advance_send``, ``advance_receive``), once per
-    message, and ``broker.pending`` writes them back once.
-    """
-
-    conversation_handle: uuid.UUID
-    conversation_id: uuid.UUID
-    is_initiator: bool
-    service_contract_id: int
-    conversation_group_id: uuid.UUID
-    service_id: int
-    lifetime: datetime
-    state: str
-    far_service: str
-    far_broker_instance: str | None
-    dialog_timer: datetime | None
-    send_sequence: int
-    end_dialog_sequence: int
-    receive_sequence: int
-    system_sequence: int
-    priority: int
-    is_system: bool
-    held_messages: int
-    transmission_status: str
-    create_date: datetime
-    closed_date: datetime | None
-
-
 _named = endpoints.alias("named")
 # Both endpoints of a handle's conversation in one read: the peer, when it is local, is
 # what SEND delivers to next. Endpoint reads need no flush (see ``Prepared``).
@@ -87,11 +55,6 @@ _BY_CONVERSATION = Prepared(select(endpoints).where(
     endpoints.c.conversation_id == bindparam("p_conversation"),
     endpoints.c.is_initiator == bindparam("p_initiator"),
 ).with_for_update(), flush=False)
-_WRITE_BACK = Prepared(
-    update(endpoints).where(endpoints.c.conversation_handle == bindparam("p_handle"))
-    .values(send_sequence=bindparam("p_send"), receive_sequence=bindparam("p_receive"),
-            state=bindparam("p_state"))
-)
 
 
 def get_endpoint(ctx: TxContext, handle: object) -> Endpoint:
@@ -160,15 +123,6 @@ def advance_receive(ctx: TxContext, endpoint: Endpoint, next_sequence: int, stat
     endpoint.receive_sequence = next_sequence
     endpoint.state = state
     ctx.kept.changed(endpoint)
-
-
-def write_back(conn: Connection, changed: list[Endpoint]) -> None:
-    """Write the sequence numbers and states held back by ``advance_*``."""
-    _WRITE_BACK.execute_many(conn, [
-        {"p_handle": e.conversation_handle, "p_send": e.send_sequence,
-         "p_receive": e.receive_sequence, "p_state": e.state}
-        for e in changed
-    ])
 
 
 def set_endpoint(ctx: TxContext, handle: uuid.UUID, **values: Any) -> None:

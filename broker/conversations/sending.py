@@ -9,11 +9,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 
-from broker import endpoints as ep
-from broker.catalog import QueueInfo
-from broker.context import TxContext
-from broker.delivery import Outgoing, enqueue, retry_held, transmit
+from broker.conversations import endpoints as ep
+from broker.conversations.delivery import Outgoing, enqueue, retry_held, transmit
 from broker.errors import REPEATED_HANDLE, BrokerError, InvalidArgumentError
+from broker.storage.catalog import QueueInfo
+from broker.storage.context import TxContext
+from broker.storage.rows import Endpoint
 
 RETAINED_SENT = 3  # queue status of the sender's retained copy
 
@@ -60,7 +61,7 @@ def _handle_list(handles: object) -> list[object]:
     return items
 
 
-def _checked_sender(ctx: TxContext, handle: object) -> ep.Endpoint:
+def _checked_sender(ctx: TxContext, handle: object) -> Endpoint:
     sender = ep.lock_endpoint(ctx, handle)
     if sender.state not in ep.SENDABLE_STATES:
         raise BrokerError(8429, state=sender.state)
@@ -71,7 +72,7 @@ def _checked_sender(ctx: TxContext, handle: object) -> ep.Endpoint:
     return sender
 
 
-def _check_contract(ctx: TxContext, sender: ep.Endpoint, message_type_id: int, name: str) -> None:
+def _check_contract(ctx: TxContext, sender: Endpoint, message_type_id: int, name: str) -> None:
     usage = ctx.catalog.contracts[sender.service_contract_id].usages.get(message_type_id)
     if usage is None:
         raise BrokerError(8431, name=name)
@@ -82,7 +83,7 @@ def _check_contract(ctx: TxContext, sender: ep.Endpoint, message_type_id: int, n
         raise BrokerError(8434, name=name)
 
 
-def _checked_own_queue(ctx: TxContext, sender: ep.Endpoint) -> QueueInfo:
+def _checked_own_queue(ctx: TxContext, sender: Endpoint) -> QueueInfo:
     """The sender's own queue, which keeps a copy of what it sends under RETENTION."""
     queue = ctx.catalog.queues[ctx.catalog.services[sender.service_id].queue_id]
     if queue.retention and not queue.enqueue_enabled:

@@ -3,7 +3,7 @@
 One scheduler thread fires conversation timers and dialog lifetimes on time, retries the
 transmission queue with back-off, and gives the activation manager its turn. It sleeps
 until the next deadline and wakes early on any commit to the database: at once for this
-process's commits, within milliseconds for other processes' (``broker.backends``).
+process's commits, within milliseconds for other processes' (``broker.storage.backends``).
 
 Several runtimes may serve one database at once (two ``broker run`` processes, or an
 application plus ``broker run``): each pass is one transaction that clears what it fires,
@@ -17,13 +17,12 @@ import threading
 import time
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import TYPE_CHECKING
 
-from broker import events, scheduler
-from broker.waiting import ANY_QUEUE
-
-if TYPE_CHECKING:
-    from broker.database import Broker
+from broker import events
+from broker.conversations import scheduler
+from broker.runtime.activation import ActivationManager
+from broker.runtime.served import ServedDatabase
+from broker.storage.waiting import ANY_QUEUE
 
 log = logging.getLogger("broker.runtime")
 
@@ -35,11 +34,9 @@ MIN_GAP_S = 0.02
 
 
 class Runtime:
-    """The scheduler thread (and activation) of one ``Broker``; a context manager."""
+    """The scheduler thread (and activation) of one ``ServedDatabase``; a context manager."""
 
-    def __init__(self, db: Broker, *, poll_interval: float = DEFAULT_POLL_S, activation: bool = True) -> None:
-        from broker.activation import ActivationManager  # activation needs the runtime's types
-
+    def __init__(self, db: ServedDatabase, *, poll_interval: float = DEFAULT_POLL_S, activation: bool = True) -> None:
         self.db = db
         self.poll_interval = poll_interval
         self._stopping = threading.Event()
@@ -63,7 +60,7 @@ class Runtime:
         An activated reader's own transaction finishes or rolls back; nothing is lost.
         """
         self._stopping.set()
-        self.db._state.notifier.notify(set())  # wake the scheduler thread
+        self.db.state.notifier.notify(set())  # wake the scheduler thread
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
@@ -99,7 +96,7 @@ class Runtime:
         return wait
 
     def _loop(self) -> None:
-        state = self.db._state
+        state = self.db.state
         with state.backend.watching(self.db.engine, state.notifier) as wait_for_commit:
             while not self._stopping.is_set():
                 started = time.monotonic()

@@ -7,11 +7,11 @@ import threading
 from sqlalchemy import Engine
 from sqlalchemy.engine import Connection
 
-from broker import pending
-from broker.backends import backend_for
-from broker.catalog import Catalog, catalog_version, load_catalog
 from broker.events import EventHub
-from broker.waiting import QueueNotifier
+from broker.storage import pending
+from broker.storage.backends import backend_for
+from broker.storage.catalog import Catalog, catalog_version, load_catalog
+from broker.storage.waiting import QueueNotifier
 
 _notifiers: dict[str, QueueNotifier] = {}
 _notifiers_lock = threading.Lock()

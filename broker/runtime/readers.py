@@ -29,15 +29,15 @@ from typing import TypeVar
 from sqlalchemy import delete, func, insert, select
 
 from broker import events
-from broker.context import TxContext
-from broker.database import Broker
 from broker.errors import BrokerError
-from broker.models import ActivatedTask
+from broker.runtime.served import ServedDatabase
+from broker.storage.context import TxContext
+from broker.storage.models import ActivatedTask
 
 log = logging.getLogger("broker.activation")
 
 T = TypeVar("T")
-Procedure = Callable[[Broker], object]
+Procedure = Callable[[ServedDatabase], object]
 
 # SQL Server's numbers: a procedure that cannot be found, and an object that is not one.
 PROCEDURE_NOT_FOUND = 2812
@@ -94,7 +94,7 @@ class Reader:
     by the thread, in its own transaction, when the procedure returns or raises.
     """
 
-    def __init__(self, db: Broker, queue_name: str, queue_id: int, procedure_name: str, procedure: Procedure,
+    def __init__(self, db: ServedDatabase, queue_name: str, queue_id: int, procedure_name: str, procedure: Procedure,
                  activity: Activity, on_end: Callable[[Reader], None], session: int) -> None:
         self.db = db
         self.session = session  # its task row's spid (``Backend.session``)
@@ -142,7 +142,7 @@ class Reader:
         return result
 
     def _run(self) -> None:
-        self.db._state.receive_watch.watcher = self.observe  # this thread's RECEIVEs report here
+        self.db.state.receive_watch.watcher = self.observe  # this thread's RECEIVEs report here
         try:
             self._procedure(self.db)
         except Exception as exc:
@@ -158,7 +158,7 @@ class Reader:
             with self.db.transaction() as tx:
                 tx.run(lambda ctx: delete_tasks(ctx, [self.task_id]))
             # The thread's idle connection would otherwise stay open after the thread is gone.
-            self.db._state.checkout().close()
+            self.db.state.checkout().close()
         except Exception:
             log.exception("could not remove the activated task row of '%s' on queue '%s'",
                           self.procedure_name, self.queue_name)

@@ -2,7 +2,7 @@
 
 The dialect's settings (SQLite: WAL, ``synchronous=FULL``, a long ``busy_timeout`` and
 ``BEGIN IMMEDIATE`` for every transaction; PostgreSQL: READ COMMITTED) come from
-``broker.backends``.
+``broker.storage.backends``.
 
 A URL the broker cannot use is refused before any connection, with a numbered error:
 59011 (``BAD_URL``) for a URL that does not parse or names a backend, driver or
@@ -26,9 +26,9 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, ExceptionContext, make_url
 from sqlalchemy.exc import ArgumentError
 
-from broker import pending
-from broker.backends import backend_for
 from broker.errors import BAD_URL, DRIVER_MISSING, ArgumentTypeError, BrokerError, InvalidArgumentError
+from broker.storage import pending
+from broker.storage.backends import backend_for
 
 # backend -> the one driver the broker runs it on (the listener speaks psycopg 3)
 DRIVERS = {"sqlite": "pysqlite", "postgresql": "psycopg"}

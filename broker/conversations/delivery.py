@@ -16,18 +16,19 @@ from typing import Any, Literal, NamedTuple
 
 from sqlalchemy import Row, delete, insert, select, update
 
-from broker import endpoints as ep
-from broker.catalog import QueueInfo
-from broker.context import TxContext
-from broker.queue_tables import RANK_DIALOG_TIMER, RANK_ERROR, RANK_SEQUENCED, queue_statements
-from broker.system_messages import (
+from broker.conversations import endpoints as ep
+from broker.conversations.system_messages import (
     CONTRACT_NOT_SUPPORTED,
     DIALOG_TIMER_ID,
     ERROR_ID,
     VALIDATION_FAILED,
     error_body,
 )
-from broker.validation import body_failure
+from broker.conversations.validation import body_failure
+from broker.storage.catalog import QueueInfo
+from broker.storage.context import TxContext
+from broker.storage.queue_tables import RANK_DIALOG_TIMER, RANK_ERROR, RANK_SEQUENCED, queue_statements
+from broker.storage.rows import Endpoint
 
 Kind = Literal["message", "end", "error"]
 # When a held message is first retried in the background (the scheduler backs off from here).
@@ -59,7 +60,7 @@ class Outgoing(NamedTuple):
     kind: Kind
 
 
-def transmit(ctx: TxContext, sender: ep.Endpoint, out: Outgoing) -> bool:
+def transmit(ctx: TxContext, sender: Endpoint, out: Outgoing) -> bool:
     """Deliver ``out`` now, or hold it; True when it left the sender (delivered or discarded)."""
     if sender.held_messages:
         _hold(ctx, sender, out, sender.transmission_status)
@@ -75,7 +76,7 @@ def transmit(ctx: TxContext, sender: ep.Endpoint, out: Outgoing) -> bool:
 
 def enqueue(
     ctx: TxContext,
-    receiver: ep.Endpoint,
+    receiver: Endpoint,
     queue: QueueInfo,
     sequence: int,
     message_type_id: int,
@@ -94,7 +95,7 @@ def enqueue(
         ctx.state.backend.enqueued(ctx.conn, queue.id)  # wakes other processes at commit
 
 
-def broker_error(ctx: TxContext, receiver: ep.Endpoint, code: int, description: str) -> None:
+def broker_error(ctx: TxContext, receiver: Endpoint, code: int, description: str) -> None:
     """The broker ends ``receiver``'s dialog with an error: an Error message, state ER.
 
     Broker errors are unsequenced. An endpoint that has already ended discards them.
@@ -105,7 +106,7 @@ def broker_error(ctx: TxContext, receiver: ep.Endpoint, code: int, description: 
     deliver_system_message(ctx, receiver, ERROR_ID, error_body(code, description))
 
 
-def deliver_system_message(ctx: TxContext, receiver: ep.Endpoint, message_type_id: int, body: bytes | None) -> None:
+def deliver_system_message(ctx: TxContext, receiver: Endpoint, message_type_id: int, body: bytes | None) -> None:
     """Put a broker-made message on the receiver's queue, or hold it while the queue is OFF."""
     queue = _queue_of(ctx, receiver)
     if queue.enqueue_enabled:
@@ -178,7 +179,7 @@ def _retry_sequenced(ctx: TxContext, row: Row[Any]) -> bool:
     return True
 
 
-def _deliver(ctx: TxContext, sender: ep.Endpoint, out: Outgoing) -> str | None:
+def _deliver(ctx: TxContext, sender: Endpoint, out: Outgoing) -> str | None:
     """Deliver one message; None when done (or discarded), else why it must wait."""
     if not ctx.catalog.broker_enabled:
         return BROKER_DISABLED
@@ -203,7 +204,7 @@ def _deliver(ctx: TxContext, sender: ep.Endpoint, out: Outgoing) -> str | None:
     return None
 
 
-def _deliver_first(ctx: TxContext, sender: ep.Endpoint, out: Outgoing) -> str | None:
+def _deliver_first(ctx: TxContext, sender: Endpoint, out: Outgoing) -> str | None:
     """The first message of a dialog: find the target service and create its endpoint."""
     if out.kind != "message":
         # An EndDialog or Error with nothing delivered before it (its messages were
@@ -242,7 +243,7 @@ def _deliver_first(ctx: TxContext, sender: ep.Endpoint, out: Outgoing) -> str | 
     return None
 
 
-def _after_arrival(ctx: TxContext, receiver: ep.Endpoint, out: Outgoing) -> None:
+def _after_arrival(ctx: TxContext, receiver: Endpoint, out: Outgoing) -> None:
     state = receiver.state
     if out.kind == "end" and state in ("SO", "SI", "CO"):
         state = "DI"
@@ -251,7 +252,7 @@ def _after_arrival(ctx: TxContext, receiver: ep.Endpoint, out: Outgoing) -> None
     ep.advance_receive(ctx, receiver, out.sequence + 1, state)
 
 
-def _reject_invalid_body(ctx: TxContext, sender: ep.Endpoint, receiver: ep.Endpoint | None, out: Outgoing) -> bool:
+def _reject_invalid_body(ctx: TxContext, sender: Endpoint, receiver: Endpoint | None, out: Outgoing) -> bool:
     """Validate at delivery; on failure the message is discarded and the dialog errors.
 
     The sender gets Error -9615 as SQL Server documents. The receiving endpoint, when it
@@ -272,7 +273,7 @@ def _reject_invalid_body(ctx: TxContext, sender: ep.Endpoint, receiver: ep.Endpo
     return True
 
 
-def _hold(ctx: TxContext, sender: ep.Endpoint, out: Outgoing, reason: str) -> None:
+def _hold(ctx: TxContext, sender: Endpoint, out: Outgoing, reason: str) -> None:
     catalog = ctx.catalog
     ctx.conn.execute(insert(ep.transmissions).values(
         conversation_handle=sender.conversation_handle, to_conversation_handle=None,
@@ -288,7 +289,7 @@ def _hold(ctx: TxContext, sender: ep.Endpoint, out: Outgoing, reason: str) -> No
                     transmission_status=reason)
 
 
-def _queue_of(ctx: TxContext, endpoint: ep.Endpoint) -> QueueInfo:
+def _queue_of(ctx: TxContext, endpoint: Endpoint) -> QueueInfo:
     return ctx.catalog.queues[ctx.catalog.services[endpoint.service_id].queue_id]
 
 

@@ -1,62 +1,23 @@
-"""CREATE / ALTER / DROP BROKER PRIORITY, and the priority a new endpoint gets (spec 1.8, 11).
+"""CREATE / ALTER / DROP BROKER PRIORITY (spec 1.8).
 
-The DDL functions run in the caller's transaction, check everything before they write
-(so a BrokerError leaves the transaction as it was), and end with
-``ctx.catalog_changed()`` like the rest of the DDL. Priorities are not part of the
-catalog snapshot: they matter only when an endpoint is created, and
-:func:`priority_for` reads them then. An endpoint keeps the priority it was created
-with; ALTER and DROP BROKER PRIORITY change only endpoints created afterwards.
+The functions run in the caller's transaction, check everything before they write (so a
+BrokerError leaves the transaction as it was), and end with ``ctx.catalog_changed()``
+like the rest of the DDL. Their options come checked by the gate
+(``arguments.priority_options``); here the names are looked up.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Table, bindparam, delete, insert, or_, select, update
+from sqlalchemy import delete, insert, select, update
 
-# objects imports endpoints, which imports this module: use ``objects.*`` at call time only.
-from broker import objects
-from broker.context import TxContext
+from broker.arguments import NVARCHAR_256
+from broker.conversations.priorities import DEFAULT_PRIORITY, priorities
+from broker.ddl.objects import next_id
 from broker.errors import BrokerError
-from broker.models import ConversationPriority
-from broker.statements import Prepared
-
-DEFAULT_PRIORITY = 5
-LOWEST, HIGHEST = 1, 10
-MAX_SERVICE_NAME = 256
-
-priorities = cast(Table, ConversationPriority.__table__)
-
-# The one priority that applies to an endpoint (contract C, local service L, remote
-# service R), in the order of spec 11: (C,L,R), (C,L,ANY), (C,ANY,R), (C,ANY,ANY),
-# (ANY,L,R), ... (ANY,ANY,ANY). A named criterion sorts before ANY (false < true), the
-# contract weighing most; equal criteria fall back to the older priority.
-_MATCH = Prepared(
-    select(priorities.c.priority)
-    .where(
-        or_(priorities.c.service_contract_id == bindparam("p_contract"), priorities.c.service_contract_id.is_(None)),
-        or_(priorities.c.local_service_id == bindparam("p_local"), priorities.c.local_service_id.is_(None)),
-        or_(priorities.c.remote_service_name == bindparam("p_remote"), priorities.c.remote_service_name.is_(None)),
-    )
-    .order_by(
-        priorities.c.service_contract_id.is_(None),
-        priorities.c.local_service_id.is_(None),
-        priorities.c.remote_service_name.is_(None),
-        priorities.c.priority_id,
-    )
-    .limit(1)
-)
-
-
-def priority_for(ctx: TxContext, contract_id: int, local_service_id: int, remote_service_name: str) -> int:
-    """The priority of a new endpoint: the best-matching broker priority's level, else 5.
-
-    ``remote_service_name`` is compared byte by byte (case-sensitive), as SQL Server
-    compares service names. One query in the caller's transaction; it writes nothing.
-    """
-    level = _MATCH.scalar(ctx.conn, p_contract=contract_id, p_local=local_service_id, p_remote=remote_service_name)
-    return DEFAULT_PRIORITY if level is None else int(level)
+from broker.storage.context import TxContext
 
 
 def create_broker_priority(
@@ -81,7 +42,7 @@ def create_broker_priority(
     if _priority_id(ctx, name) is not None:
         raise BrokerError(2714, name=name)
     ctx.conn.execute(insert(priorities).values(
-        priority_id=objects._next_id(ctx, priorities.c.priority_id), name=name, **columns,
+        priority_id=next_id(ctx, priorities.c.priority_id), name=name, **columns,
     ))
     ctx.catalog_changed()
 
@@ -140,7 +101,7 @@ def _local_service_id(ctx: TxContext, value: Any) -> int | None:
 def _remote_service_name(_ctx: TxContext, value: Any) -> str | None:
     if _is_any(value):
         return None
-    if not isinstance(value, str) or not value or len(value) > MAX_SERVICE_NAME:
+    if not isinstance(value, str) or not value or len(value) > NVARCHAR_256:
         raise BrokerError(8412, name=value)
     return value
 

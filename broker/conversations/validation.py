@@ -26,7 +26,7 @@ from lxml import etree
 from broker.errors import EXTERNAL_SCHEMA_REFERENCE, INVALID_SCHEMA, BrokerError, InvalidArgumentError
 
 if TYPE_CHECKING:  # the catalog needs SQLAlchemy, which Error bodies (parse_error) do without
-    from broker.catalog import Catalog, MessageTypeInfo
+    from broker.storage.catalog import Catalog, MessageTypeInfo
 
 XS = "http://www.w3.org/2001/XMLSchema"
 MAX_DEPTH = 128  # levels of nested elements, the root being level 1 (SQL Server's error 6335)
@@ -122,7 +122,7 @@ def body_failure(catalog: Catalog, message_type: MessageTypeInfo, body: bytes | 
     if message_type.xml_collection_id is None:
         return None
     try:
-        schema = catalog.xml_schema(message_type.xml_collection_id)
+        schema = _collection(catalog, message_type.xml_collection_id)
         if schema.validate(document):
             return None
         return f"The body is not valid against its schema collection: {schema.error_log.last_error}."
@@ -130,6 +130,15 @@ def body_failure(catalog: Catalog, message_type: MessageTypeInfo, body: bytes | 
         return f"The schema collection cannot be used: {exc.message}"
     except etree.LxmlError as exc:
         return f"The body cannot be validated against its schema collection: {exc}."
+
+
+def _collection(catalog: Catalog, collection_id: int) -> etree.XMLSchema:
+    """The compiled schema of a collection, compiled once per catalog snapshot."""
+    schema: etree.XMLSchema | None = catalog.compiled_schemas.get(collection_id)
+    if schema is None:
+        schema = compile_schema(*catalog.schema_collections[collection_id])
+        catalog.compiled_schemas[collection_id] = schema
+    return schema
 
 
 def compile_schema(name: str, xsd: str | bytes) -> etree.XMLSchema:

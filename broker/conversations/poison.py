@@ -14,8 +14,8 @@ from typing import cast
 
 from sqlalchemy import Table, update
 
-from broker.context import TxContext
-from broker.models import ServiceQueue
+from broker.storage.context import TxContext
+from broker.storage.models import ServiceQueue
 
 _queues = cast(Table, ServiceQueue.__table__)
 

@@ -7,7 +7,7 @@ database, and at least once a second). One transaction per pass looks at every q
   Activation is necessary when the queue has ready messages and either no reader is
   running, or this runtime's readers have received since its last start and none of
   their RECEIVEs came back empty for ``FEW_SECONDS`` (they are falling behind). A
-  reader (``broker.readers``) is started then, while fewer than MAX_QUEUE_READERS run
+  reader (``broker.runtime.readers``) is started then, while fewer than MAX_QUEUE_READERS run
   (counted by their ``sys.dm_broker_activated_tasks`` rows, so across runtimes), and only
   if the ready messages span at least as many conversation groups as readers run: a
   backlog on one conversation gets one extra reader, no more. The monitor's state
@@ -30,21 +30,18 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from sqlalchemy import delete, func, insert, select, update
 
 from broker import events
-from broker.catalog import QueueInfo
-from broker.context import TxContext
 from broker.errors import BrokerError
-from broker.models import QueueMonitor
-from broker.queue_tables import queue_statements, queue_table
-from broker.readers import Activity, Reader, delete_tasks, forget_dead_tasks, resolve_procedure, task_count
-from broker.statements import Prepared
-
-if TYPE_CHECKING:
-    from broker.database import Broker
+from broker.runtime.readers import Activity, Reader, delete_tasks, forget_dead_tasks, resolve_procedure, task_count
+from broker.runtime.served import ServedDatabase
+from broker.storage.catalog import QueueInfo
+from broker.storage.context import TxContext
+from broker.storage.models import QueueMonitor
+from broker.storage.queue_tables import queue_statements, queue_table
+from broker.storage.statements import Prepared
 
 log = logging.getLogger("broker.activation")
 
@@ -110,7 +107,7 @@ class Plan:
 class ActivationManager:
     """Queue monitors and external activation of one database, driven by its runtime."""
 
-    def __init__(self, db: Broker, stopping: threading.Event) -> None:
+    def __init__(self, db: ServedDatabase, stopping: threading.Event) -> None:
         self.db = db
         self._stopping = stopping
         self._monitors: dict[int, Monitor] = {}
@@ -164,7 +161,7 @@ class ActivationManager:
 
     def _session_of_tasks(self) -> int:
         if self._session_id is None:
-            self._session_id = self._session.enter_context(self.db._state.backend.session(self.db.engine))
+            self._session_id = self._session.enter_context(self.db.state.backend.session(self.db.engine))
         return self._session_id
 
     # -- one look ------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from sqlalchemy import Engine, event
 from sqlalchemy.engine import Connection
 
 if TYPE_CHECKING:
-    from broker.endpoints import Endpoint
+    from broker.storage.rows import Endpoint
 
 INFO_KEY = "broker_pending"  # where the buffer lives in ``Connection.info``
 
@@ -130,7 +130,7 @@ def flush(conn: Connection) -> None:
     for statement, rows in inserts.items():
         statement.execute_many(conn, rows)
     if buffer.dirty:
-        from broker.endpoints import write_back  # endpoints imports this module
+        from broker.storage.rows import write_back  # rows imports this module (through statements)
 
         dirty, buffer.dirty = buffer.dirty, {}
         write_back(conn, list(dirty.values()))

@@ -2,7 +2,7 @@
 
 Alembic revisions in ``migrations/`` build exactly this schema (a test compares them).
 Per-queue message tables are not here: ``CREATE QUEUE`` makes them at runtime
-(:mod:`broker.queue_tables`). All tables carry the ``sb_`` prefix so that user queue
+(:mod:`broker.storage.queue_tables`). All tables carry the ``sb_`` prefix so that user queue
 views (named after the queue) rarely collide with them; collisions are refused anyway.
 """
 
@@ -26,7 +26,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from broker.types import GUID, UTCDateTime
+from broker.storage.types import GUID, UTCDateTime
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",

@@ -37,9 +37,9 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql import Select
 
 from broker.errors import BrokerError
-from broker.models import SYSNAME
-from broker.statements import Prepared
-from broker.types import GUID, UTCDateTime
+from broker.storage.models import SYSNAME
+from broker.storage.statements import Prepared
+from broker.storage.types import GUID, UTCDateTime
 
 LAYOUT_VERSION = 1
 INTERNAL_PREFIX = "queue_messages_"

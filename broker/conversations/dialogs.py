@@ -11,13 +11,13 @@ from datetime import timedelta
 
 from sqlalchemy import update
 
-from broker import endpoints as ep
 from broker.arguments import INT_MAX
-from broker.context import TxContext
-from broker.delivery import Outgoing, transmit
+from broker.conversations import endpoints as ep
+from broker.conversations.delivery import Outgoing, transmit
+from broker.conversations.system_messages import END_DIALOG_ID, ERROR_ID, error_body
 from broker.errors import BrokerError, InvalidArgumentError
-from broker.queue_tables import queue_table
-from broker.system_messages import END_DIALOG_ID, ERROR_ID, error_body
+from broker.storage.context import TxContext
+from broker.storage.queue_tables import queue_table
 
 CURRENT_DATABASE = "CURRENT DATABASE"
 

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 HEAD_REVISION = "0003"
 VERSION_TABLE = "alembic_version"  # Alembic's default, which alembic/env.py keeps
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent  # broker/
 
 
 def _bundled(installed_name: str, checkout_name: str) -> Path:

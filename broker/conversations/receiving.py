@@ -2,7 +2,7 @@
 
 Group selection (spec 2.3): the group holding the highest-priority ready message, ties
 broken by the oldest such message, among the groups no other transaction holds; the
-chosen group stays locked until the transaction ends (``broker.backends``). A RECEIVE
+chosen group stays locked until the transaction ends (``broker.storage.backends``). A RECEIVE
 that names a conversation or a group waits for that group's lock. Rows come from that group only: conversations by
 priority then age, and inside a conversation a DialogTimer first, then an Error, then
 the rest by ``message_sequence_number``. Every step is one index seek, so the cost of a
@@ -17,13 +17,13 @@ from typing import Any
 
 from sqlalchemy import Row, func, select
 
-from broker import endpoints as ep
-from broker import poison, scheduler
-from broker.catalog import QueueInfo
-from broker.context import TxContext
+from broker.conversations import endpoints as ep
+from broker.conversations import poison, scheduler
+from broker.conversations.messages import Message
 from broker.errors import BrokerError, QueueDisabledError
-from broker.messages import Message
-from broker.queue_tables import QueueRow, QueueStatements, queue_statements, queue_table, serve_order_of
+from broker.storage.catalog import QueueInfo
+from broker.storage.context import TxContext
+from broker.storage.queue_tables import QueueRow, QueueStatements, queue_statements, queue_table, serve_order_of
 
 # What the status column shows in RECEIVE's result: 0, "received", as SQL Server's
 # documentation says (the stored row is deleted, or set to 0 under RETENTION).
@@ -82,7 +82,7 @@ def get_conversation_group(ctx: TxContext, queue_name: str) -> uuid.UUID | None:
     """The group RECEIVE would serve next, locked for this transaction; None if none."""
     queue = receivable_queue(ctx, queue_name)
     fire_due_work(ctx, queue)
-    # Locked until the transaction ends (see ``broker.backends``: on SQLite the write
+    # Locked until the transaction ends (see ``broker.storage.backends``: on SQLite the write
     # lock covers every group; on PostgreSQL the first group no one else holds).
     first = ctx.state.backend.next_ready(ctx.conn, queue_statements(queue.table_name))
     return None if first is None else first[0]
@@ -93,7 +93,7 @@ def fire_due_work(ctx: TxContext, queue: QueueInfo) -> None:
 
     One look at the earliest deadline in the database usually shows nothing is due.
     Where no other transaction can commit meanwhile (SQLite), the connection keeps that
-    moment while nothing can have moved it (``broker.pending``); under READ COMMITTED
+    moment while nothing can have moved it (``broker.storage.pending``); under READ COMMITTED
     another transaction may set an earlier timer while a WAITFOR holds this one open.
     """
     kept = ctx.kept

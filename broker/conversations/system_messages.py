@@ -6,8 +6,8 @@ import re
 from xml.sax.saxutils import escape
 
 from broker import arguments
+from broker.conversations.validation import XmlRefused, parse_xml
 from broker.errors import NOT_AN_ERROR_BODY, ArgumentTypeError, InvalidArgumentError
-from broker.validation import XmlRefused, parse_xml
 
 ERROR = "http://schemas.microsoft.com/SQL/ServiceBroker/Error"
 END_DIALOG = "http://schemas.microsoft.com/SQL/ServiceBroker/EndDialog"

@@ -15,11 +15,12 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import bindparam, func, or_, select, update
 
-from broker import endpoints as ep
-from broker.context import TxContext
-from broker.delivery import broker_error, deliver_system_message, retry_held
-from broker.statements import Prepared
-from broker.system_messages import DIALOG_TIMER_ID, LIFETIME_EXPIRED
+from broker.conversations import endpoints as ep
+from broker.conversations.delivery import broker_error, deliver_system_message, retry_held
+from broker.conversations.system_messages import DIALOG_TIMER_ID, LIFETIME_EXPIRED
+from broker.storage.context import TxContext
+from broker.storage.rows import Endpoint
+from broker.storage.statements import Prepared
 
 # Transmission retries: a few seconds, doubling, capped near a minute (spec 7.4); the
 # first one is scheduled by delivery.FIRST_RETRY when the message is held.
@@ -67,8 +68,8 @@ NEVER = datetime.max.replace(tzinfo=UTC)
 class DueWork:
     """What one pass did."""
 
-    timers: list[ep.Endpoint] = field(default_factory=list)
-    expired: list[ep.Endpoint] = field(default_factory=list)
+    timers: list[Endpoint] = field(default_factory=list)
+    expired: list[Endpoint] = field(default_factory=list)
     retried: int = 0
     purged: int = 0
 
@@ -86,20 +87,20 @@ def earliest_due(ctx: TxContext) -> datetime:
     return min(present) if present else NEVER
 
 
-def fire_due_timers(ctx: TxContext, queue_id: int | None = None) -> list[ep.Endpoint]:
+def fire_due_timers(ctx: TxContext, queue_id: int | None = None) -> list[Endpoint]:
     """Put a DialogTimer on the local queue of every endpoint whose timer expired, and
     clear the timer, in this transaction. Nothing is sent to the far side."""
     now = ctx.now()
     rows = (_DUE_TIMERS.all(ctx.conn, p_now=now) if queue_id is None
             else _DUE_TIMERS_OF_QUEUE.all(ctx.conn, p_now=now, p_queue=queue_id))
-    fired = [ep.Endpoint(*row) for row in rows]
+    fired = [Endpoint(*row) for row in rows]
     for endpoint in fired:
         ep.set_endpoint(ctx, endpoint.conversation_handle, dialog_timer=None)
         deliver_system_message(ctx, endpoint, DIALOG_TIMER_ID, None)
     return fired
 
 
-def expire_lifetimes(ctx: TxContext, queue_id: int | None = None) -> list[ep.Endpoint]:
+def expire_lifetimes(ctx: TxContext, queue_id: int | None = None) -> list[Endpoint]:
     """Error -8489 to every open endpoint whose dialog outlived its LIFETIME; state ER.
 
     Each side's endpoint carries the lifetime, so both sides fail, each in its own queue.
@@ -107,7 +108,7 @@ def expire_lifetimes(ctx: TxContext, queue_id: int | None = None) -> list[ep.End
     now = ctx.now()
     rows = (_EXPIRED.all(ctx.conn, p_now=now) if queue_id is None
             else _EXPIRED_OF_QUEUE.all(ctx.conn, p_now=now, p_queue=queue_id))
-    expired = [ep.Endpoint(*row) for row in rows]
+    expired = [Endpoint(*row) for row in rows]
     for endpoint in expired:
         broker_error(ctx, endpoint, LIFETIME_EXPIRED, LIFETIME_TEXT)
     return expired

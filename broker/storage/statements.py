@@ -22,7 +22,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import Executable
 from sqlalchemy.types import LargeBinary, String, TypeDecorator, TypeEngine
 
-from broker.pending import INFO_KEY, Pending, flush
+from broker.storage.pending import INFO_KEY, Pending, flush
 
 Processor = Callable[[Any], Any] | None
 
@@ -187,7 +187,7 @@ class Prepared:
 
     ``flush=False`` is for reads that the held-back writes cannot change: endpoint
     reads, since every endpoint with a held-back change is kept in ``Pending`` and
-    served from there (see ``broker.endpoints``). Everything else flushes first.
+    served from there (see ``broker.conversations.endpoints``). Everything else flushes first.
 
     ``positional`` names the binds in the order a caller passes their values as one
     tuple per row (``defer``, ``execute_many``) instead of as keywords: cheaper for a
@@ -237,7 +237,7 @@ class Prepared:
 
     def defer(self, kept: Pending, values: tuple[Any, ...]) -> None:
         """Run later in the transaction of ``kept``, batched with its like (see
-        ``broker.pending``); ``values`` in the statement's ``positional`` order."""
+        ``broker.storage.pending``); ``values`` in the statement's ``positional`` order."""
         rows = kept.inserts.get(self)
         if rows is None:
             kept.inserts[self] = [values]
@@ -255,7 +255,7 @@ class Prepared:
 
 def _cursor(conn: Connection, flush_first: bool = False) -> Any:
     """A cursor of the connection's DBAPI connection, kept on the connection's info,
-    after writing what ``broker.pending`` holds back if ``flush_first``."""
+    after writing what ``broker.storage.pending`` holds back if ``flush_first``."""
     info = conn.info  # one lookup: it goes through three SQLAlchemy properties
     if flush_first:
         buffer: Pending | None = info.get(INFO_KEY)

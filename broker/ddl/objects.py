@@ -11,12 +11,14 @@ from typing import Any
 
 from sqlalchemy import delete, func, insert, select, update
 
-from broker import delivery  # a module, not its names: delivery imports this module in turn
-from broker import endpoints as ep
 from broker.arguments import VALIDATIONS
-from broker.context import TxContext
+from broker.conversations import delivery  # a module, not its names: delivery imports this module in turn
+from broker.conversations import endpoints as ep
+from broker.conversations.system_messages import REMOTE_SERVICE_DROPPED
+from broker.conversations.validation import compile_schema
 from broker.errors import MISSING_OPTION, BrokerError, InvalidArgumentError
-from broker.models import (
+from broker.storage.context import TxContext
+from broker.storage.models import (
     FIRST_USER_OBJECT_ID,
     BrokerDatabase,
     Contract,
@@ -28,7 +30,7 @@ from broker.models import (
     ServiceQueue,
     XmlSchemaCollection,
 )
-from broker.queue_tables import (
+from broker.storage.queue_tables import (
     LAYOUT_VERSION,
     create_queue_storage,
     drop_queue_storage,
@@ -36,8 +38,6 @@ from broker.queue_tables import (
     queue_table,
     validate_queue_name,
 )
-from broker.system_messages import REMOTE_SERVICE_DROPPED
-from broker.validation import compile_schema
 
 # The stored code of each VALIDATION keyword, and the (by initiator, by target) flags of
 # each SENT BY keyword: the keywords come checked by the gate (``broker.arguments``).
@@ -52,7 +52,7 @@ def create_xml_schema_collection(ctx: TxContext, name: str, xsd: str | bytes) ->
     if ctx.conn.execute(select(XmlSchemaCollection).where(XmlSchemaCollection.name == name)).first():
         raise BrokerError(2714, name=name)
     ctx.conn.execute(insert(XmlSchemaCollection).values(
-        xml_collection_id=_next_id(ctx, XmlSchemaCollection.xml_collection_id), name=name,
+        xml_collection_id=next_id(ctx, XmlSchemaCollection.xml_collection_id), name=name,
         schema_text=text, create_date=ctx.now(),
     ))
     ctx.catalog_changed()
@@ -76,7 +76,7 @@ def create_message_type(ctx: TxContext, name: str, validation: str, schema_colle
     if name in ctx.catalog.message_types_by_name:
         raise BrokerError(2714, name=name)
     ctx.conn.execute(insert(MessageType).values(
-        message_type_id=_next_id(ctx, MessageType.message_type_id), name=name,
+        message_type_id=next_id(ctx, MessageType.message_type_id), name=name,
         validation=VALIDATION_CODES[validation], xml_collection_id=collection_id, is_ms_shipped=False,
     ))
     ctx.catalog_changed()
@@ -96,7 +96,7 @@ def create_contract(ctx: TxContext, name: str, messages: list[tuple[str, str]]) 
         raise BrokerError(8492, name=name)
     if name in ctx.catalog.contracts_by_name:
         raise BrokerError(2714, name=name)
-    contract_id = _next_id(ctx, Contract.service_contract_id)
+    contract_id = next_id(ctx, Contract.service_contract_id)
     ctx.conn.execute(insert(Contract).values(service_contract_id=contract_id, name=name, is_ms_shipped=False))
     ctx.conn.execute(insert(ContractMessageUsage), [
         {"service_contract_id": contract_id, "message_type_id": type_id,
@@ -112,7 +112,7 @@ def create_queue(
 ) -> None:
     """The options come checked by the gate (``arguments.queue_options``)."""
     queue_name = validate_queue_name(name)
-    object_id = _next_id(ctx, ServiceQueue.object_id)
+    object_id = next_id(ctx, ServiceQueue.object_id)
     view_name = ctx.state.backend.queue_view_name(queue_name, object_id)
     if ctx.catalog.queue_named(queue_name) is not None or ctx.state.backend.object_name_taken(ctx.conn, view_name):
         raise BrokerError(2714, name=queue_name)
@@ -182,7 +182,7 @@ def create_service(ctx: TxContext, name: str, queue_name: str, contracts: Iterab
         contract_ids.append(contract.id)
     if name in ctx.catalog.services_by_name:
         raise BrokerError(2714, name=name)
-    service_id = _next_id(ctx, Service.service_id)
+    service_id = next_id(ctx, Service.service_id)
     ctx.conn.execute(insert(Service).values(service_id=service_id, name=name, service_queue_id=queue.id))
     if contract_ids:
         ctx.conn.execute(insert(ServiceContractUsage), [
@@ -272,7 +272,7 @@ def _activation_values(activation: Mapping[str, Any] | None, *, creating: bool) 
     return values
 
 
-def _next_id(ctx: TxContext, column: Any) -> int:
+def next_id(ctx: TxContext, column: Any) -> int:
     """User objects are numbered from 65536, as SQL Server numbers them."""
     highest = ctx.conn.execute(select(func.max(column))).scalar() or 0
     return max(highest + 1, FIRST_USER_OBJECT_ID)

@@ -2,7 +2,7 @@
 
 In one process a commit that enqueues messages wakes the readers waiting on those
 queues at once (a condition variable shared by every connection to the same database).
-Another process's commits reach it through the backend (``broker.backends``): on
+Another process's commits reach it through the backend (``broker.storage.backends``): on
 SQLite ``PRAGMA data_version``, which changes on a connection when any *other*
 connection commits, checked here with a short exponential back-off, with a cheap
 read-only probe deciding whether a RECEIVE is worth taking the write lock for; on

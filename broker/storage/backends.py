@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Engine, bindparam, event, select, text
 from sqlalchemy.engine import Connection
 
-from broker.models import ConversationEndpoint, ConversationGroup
-from broker.statements import Prepared
-from broker.waiting import ANY_QUEUE, QueueNotifier, wait_for_queue
+from broker.storage.models import ConversationEndpoint, ConversationGroup
+from broker.storage.statements import Prepared
+from broker.storage.waiting import ANY_QUEUE, QueueNotifier, wait_for_queue
 
 if TYPE_CHECKING:
-    from broker.queue_tables import QueueStatements
+    from broker.storage.queue_tables import QueueStatements
 
 log = logging.getLogger("broker")
 

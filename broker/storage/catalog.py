@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
-from broker.models import (
+from broker.storage.models import (
     BrokerDatabase,
     Contract,
     ContractMessageUsage,
@@ -24,10 +24,7 @@ from broker.models import (
     ServiceQueue,
     XmlSchemaCollection,
 )
-from broker.statements import Prepared
-
-if TYPE_CHECKING:
-    from lxml import etree
+from broker.storage.statements import Prepared
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +80,9 @@ class Catalog:
     services: dict[int, ServiceInfo]
     services_by_name: dict[str, ServiceInfo]
     schema_collections: dict[int, tuple[str, str]]  # id -> (name, text)
-    _schemas: dict[int, etree.XMLSchema] = field(default_factory=dict)
+    # Compiled schema collections by id, filled by ``conversations.validation`` on first
+    # use: compiled once per snapshot, shared by every transaction that sees it.
+    compiled_schemas: dict[int, Any] = field(default_factory=dict)
 
     def queue_named(self, name: str) -> QueueInfo | None:
         # Queue names resolve case-insensitively, like SQL Server object names under
@@ -93,16 +92,6 @@ class Catalog:
             return found
         lowered = name.lower()
         return next((q for q in self.queues.values() if q.name.lower() == lowered), None)
-
-    def xml_schema(self, collection_id: int) -> etree.XMLSchema:
-        """The compiled schema of a collection, compiled once per snapshot."""
-        schema = self._schemas.get(collection_id)
-        if schema is None:
-            from broker.validation import compile_schema
-
-            schema = compile_schema(*self.schema_collections[collection_id])
-            self._schemas[collection_id] = schema
-        return schema
 
 
 _VERSION = Prepared(select(BrokerDatabase.catalog_version))

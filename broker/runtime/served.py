@@ -1,0 +1,40 @@
+"""What the runtime needs of the database it serves.
+
+The runtime sits below the face: it is handed a ``broker.Broker`` (whose procedures it
+starts with that same handle) but knows it only through this interface.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Protocol, TypeVar
+
+from sqlalchemy import Engine
+
+from broker.events import EventHub
+from broker.storage.context import TxContext
+from broker.storage.state import DatabaseState
+
+T = TypeVar("T")
+
+
+class RunsVerbs(Protocol):
+    """A broker transaction, as far as the runtime uses one."""
+
+    def run(self, verb: Callable[[TxContext], T]) -> T: ...
+
+
+class ServedDatabase(Protocol):
+    """A broker database, as far as its runtime uses one."""
+
+    @property
+    def engine(self) -> Engine: ...
+
+    @property
+    def events(self) -> EventHub: ...
+
+    @property
+    def state(self) -> DatabaseState: ...
+
+    def transaction(self) -> AbstractContextManager[RunsVerbs]: ...

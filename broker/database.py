@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
@@ -15,14 +16,14 @@ from sqlalchemy.orm import Session, sessionmaker
 from broker import arguments
 from broker.conversations.messages import Message
 from broker.conversations.receiving import message_from_row
-from broker.ddl import objects, priorities
+from broker.ddl import database_options, objects, priorities
 from broker.errors import BrokerError
 from broker.events import EventHub
 from broker.runtime.runner import DEFAULT_POLL_S, Runtime
 from broker.storage import schema
 from broker.storage.context import TxContext
 from broker.storage.engine import create_broker_engine
-from broker.storage.models import ConversationEndpoint, TransmissionQueueEntry
+from broker.storage.models import BrokerDatabase, ConversationEndpoint, TransmissionQueueEntry
 from broker.storage.queue_tables import queue_table
 from broker.storage.state import DatabaseState
 from broker.storage.types import GUID, UTCDateTime
@@ -34,13 +35,14 @@ CATALOG_VIEWS = (
     "databases", "xml_schema_collections", "service_message_types", "service_contracts",
     "service_contract_message_usages", "service_queues", "services", "service_contract_usages",
     "routes", "conversation_groups", "conversation_endpoints", "transmission_queue",
-    "conversation_priorities", "dm_broker_queue_monitors", "dm_broker_activated_tasks",
+    "conversation_priorities", "dm_broker_queue_monitors", "dm_broker_activated_tasks", "internal_tables",
 )
 _VIEW_NAME = re.compile(r"^(?:sys\.)?([a-z_]+)$")
 _COLUMN_NAME = re.compile(r"^[a-z_]+$")
 # Catalog view columns read back as Python types on every backend (SQLite has neither
 # uuid nor timestamp types, so a view would otherwise hand back text).
-_GUID_COLUMNS = ("service_broker_guid", "conversation_handle", "conversation_id", "conversation_group_id")
+_GUID_COLUMNS = ("service_broker_guid", "conversation_handle", "conversation_id", "conversation_group_id",
+                 "outbound_session_key_identifier", "inbound_session_key_identifier")
 _TIME_COLUMNS = ("create_date", "modify_date", "lifetime", "dialog_timer", "security_timestamp", "enqueue_time",
                  "last_empty_rowset_time", "last_activated_time")
 _COLUMN_KINDS = {**{column: "guid" for column in _GUID_COLUMNS}, **{column: "time" for column in _TIME_COLUMNS}}
@@ -171,10 +173,62 @@ class Broker:
         name = arguments.object_name(name, "message type")
         self._ddl(lambda ctx: objects.drop_message_type(ctx, name))
 
+    def alter_service(self, name: str, *, queue: str | None = None, add_contracts: Iterable[str] = (),
+                      drop_contracts: Iterable[str] = ()) -> None:
+        """ALTER SERVICE name [ON QUEUE queue] [(ADD CONTRACT c, DROP CONTRACT c, ...)], in
+        its own transaction.
+
+        A new queue takes the service's messages and conversation groups; the statement
+        first locks the service's groups and endpoints, so it waits for the RECEIVEs and
+        SENDs under way on them. A dropped contract refuses new dialogs and leaves
+        existing ones as they are. A statement that changes nothing is 8493.
+        """
+        name = arguments.object_name(name, "service")
+        queue = None if queue is None else arguments.queue_name(queue)
+        added = arguments.names(add_contracts, "contract name")
+        dropped = arguments.names(drop_contracts, "contract name")
+        self._ddl(lambda ctx: objects.alter_service(ctx, name, queue, added, dropped))
+
+    def alter_message_type(self, name: str, validation: str, schema_collection: str | None = None) -> None:
+        """ALTER MESSAGE TYPE name VALIDATION = ..., in its own transaction: later
+        deliveries are checked against the new validation, queued messages are not."""
+        name = arguments.object_name(name, "message type")
+        validation = arguments.choice(validation, "VALIDATION", arguments.VALIDATIONS)
+        schema_collection = arguments.optional_object_name(schema_collection, "XML schema collection")
+        self._ddl(lambda ctx: objects.alter_message_type(ctx, name, validation, schema_collection))
+
+    # -- ALTER DATABASE ------------------------------------------------------------------
+
+    @property
+    def service_broker_guid(self) -> uuid.UUID:
+        """This database's ``service_broker_guid`` (``sys.databases``), read from the database."""
+        return self._read(lambda ctx: ctx.conn.execute(select(BrokerDatabase.service_broker_guid)).scalar_one())
+
     def set_broker_enabled(self, enabled: bool) -> None:
-        """ALTER DATABASE SET ENABLE_BROKER (True) / DISABLE_BROKER (False)."""
+        """ALTER DATABASE SET ENABLE_BROKER (True) / DISABLE_BROKER (False), in its own
+        transaction; enabling delivers the messages held while it was disabled."""
         enabled = arguments.flag(enabled, "ENABLE_BROKER")
-        self._ddl(lambda ctx: objects.set_broker_enabled(ctx, enabled))
+        self._ddl(lambda ctx: database_options.set_broker_enabled(ctx, enabled))
+
+    def new_broker(self) -> uuid.UUID:
+        """ALTER DATABASE SET NEW_BROKER, in its own transaction: a new
+        ``service_broker_guid`` (returned), delivery enabled, every conversation removed
+        without telling the far sides. It locks every conversation group and endpoint
+        first, so it waits for the transactions working on them."""
+        return self._ddl(database_options.new_broker)
+
+    def error_broker_conversations(self) -> None:
+        """ALTER DATABASE SET ERROR_BROKER_CONVERSATIONS, in its own transaction: delivery
+        enabled, the guid kept, untransmitted messages dropped and every open dialog ended
+        with Error -9719 (state ER). Locks every group and endpoint first, as
+        ``new_broker`` does."""
+        self._ddl(database_options.error_broker_conversations)
+
+    def set_honor_broker_priority(self, on: bool) -> None:
+        """ALTER DATABASE SET HONOR_BROKER_PRIORITY ON (True) / OFF (False), in its own
+        transaction; shown in ``sys.databases.is_honor_broker_priority_on``."""
+        on = arguments.flag(on, "HONOR_BROKER_PRIORITY")
+        self._ddl(lambda ctx: database_options.set_honor_broker_priority(ctx, on))
 
     def create_broker_priority(self, name: str, *, contract_name: str | None = None,
                                local_service_name: str | None = None, remote_service_name: str | None = None,

@@ -24,6 +24,7 @@ EXTERNAL_SCHEMA_REFERENCE = 59008
 DRIVER_MISSING = 59010
 BAD_URL = 59011
 DATABASE_FAILURE = 59020
+SYSTEM_OBJECT = 59030
 
 # Texts follow SQL Server's wording (with its placeholders filled by keyword).
 _TEXTS: dict[int, str] = {
@@ -93,6 +94,7 @@ _TEXTS: dict[int, str] = {
     DRIVER_MISSING: "The database driver {driver} is not installed: {hint}",
     BAD_URL: "Cannot use the database URL {url}: {reason}",
     DATABASE_FAILURE: "The database failed: {reason}",
+    SYSTEM_OBJECT: "Cannot alter the {kind} '{name}' because it is a system {kind}.",
 }
 
 

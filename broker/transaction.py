@@ -61,8 +61,10 @@ class Transaction:
                      encryption: bool = True) -> uuid.UUID:
         """BEGIN DIALOG: create the initiator endpoint and return its handle.
 
-        Takes the new dialog's group lock. ``encryption`` is accepted for
-        compatibility; dialogs inside one database are never encrypted.
+        Takes the new dialog's group lock. ``encryption`` (ENCRYPTION = ON) asks for
+        dialog security: the endpoint gets a session key identifier
+        (``sys.conversation_endpoints.outbound_session_key_identifier``), while dialogs
+        inside one instance are never encrypted, as in SQL Server.
         """
         initiator = arguments.optional_text(from_service, "FROM SERVICE")
         target = arguments.target_service(to_service)
@@ -72,11 +74,11 @@ class Transaction:
         related_conversation_group = arguments.optional_guid(related_conversation_group,
                                                              "RELATED_CONVERSATION_GROUP")
         lifetime = arguments.lifetime(lifetime)
-        arguments.flag(encryption, "ENCRYPTION")
+        encryption = arguments.flag(encryption, "ENCRYPTION")
         return self._write(lambda ctx: dialogs.begin_dialog(
             ctx, initiator, target, contract_name, broker_instance=broker_instance,
             related_conversation=related_conversation,
-            related_conversation_group=related_conversation_group, lifetime=lifetime))
+            related_conversation_group=related_conversation_group, lifetime=lifetime, encryption=encryption))
 
     def send(self, handle: object, message_type: str = "DEFAULT", body: bytes | str | None = None) -> None:
         """SEND ON CONVERSATION one handle or a list of handles (atomic across them).
@@ -148,6 +150,13 @@ class Transaction:
         handle = arguments.optional_guid(handle, "conversation handle")
         seconds = arguments.seconds(timeout, "the conversation timer TIMEOUT")
         self._write(lambda ctx: dialogs.begin_conversation_timer(ctx, handle, seconds))
+
+    def get_transmission_status(self, handle: object) -> str:
+        """GET_TRANSMISSION_STATUS(handle): why the last attempt to deliver a message of
+        this conversation failed; ``""`` when it did not, when none was made, or for an
+        unknown handle. Reads only; takes no lock."""
+        checked = arguments.optional_guid(handle, "conversation handle")
+        return self._call(lambda ctx: dialogs.transmission_status(ctx, checked))
 
     # -- running verbs ---------------------------------------------------------------
 

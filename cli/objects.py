@@ -1,5 +1,5 @@
 """CREATE / ALTER / DROP of broker objects: message types, contracts, queues, services,
-broker priorities."""
+broker priorities; ALTER DATABASE's broker options."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from cli.params import (
     FAR_SERVICE,
     MESSAGE_TYPE,
     OBJECT,
+    ON_OFF,
     PRIORITY,
     PRIORITY_LEVEL,
     QUEUE,
@@ -239,6 +240,8 @@ def alter() -> None:
     Example:
       broker alter queue TargetQueue1DB --status off
       broker alter priority UrgentOrders --level 9
+      broker alter service //AWDB/1DBSample/TargetService --queue NewQueue
+      broker alter database --new-broker
     """
 
 
@@ -273,6 +276,137 @@ def alter_priority(
         )
     state.db().alter_broker_priority(name, **changes)
     click.echo(f"altered priority {name}")
+
+
+@alter.command("message-type")
+@click.argument("name", type=MESSAGE_TYPE)
+@click.option(
+    "--validation",
+    type=click.Choice(VALIDATIONS, case_sensitive=False),
+    required=True,
+    help="What a message body must be from now on.",
+)
+@click.option("--schema-collection", type=SCHEMA_COLLECTION, help="XML schema collection for VALID_XML.")
+@pass_state
+def alter_message_type(state: CliState, name: str, validation: str, schema_collection: str | None) -> None:
+    """Change a message type's validation (ALTER MESSAGE TYPE).
+
+    Messages delivered from now on are checked against it; messages already in a queue
+    are not checked again.
+
+    \b
+    Example:
+      broker alter message-type //AWDB/1DBSample/RequestMessage --validation NONE
+    """
+    state.db().alter_message_type(name, validation.upper(), schema_collection)
+    click.echo(f"altered message type {name}")
+
+
+@alter.command("service")
+@click.argument("name", type=SERVICE)
+@click.option("--queue", type=QUEUE, help="A new queue: the service's messages move to it.")
+@click.option(
+    "--add-contract",
+    "add_contracts",
+    type=CONTRACT,
+    multiple=True,
+    help="A contract the service accepts from now on as a target. Repeatable.",
+)
+@click.option(
+    "--drop-contract",
+    "drop_contracts",
+    type=CONTRACT,
+    multiple=True,
+    help="A contract new dialogs may no longer use; existing ones go on. Repeatable.",
+)
+@pass_state
+def alter_service(
+    state: CliState,
+    name: str,
+    queue: str | None,
+    add_contracts: tuple[str, ...],
+    drop_contracts: tuple[str, ...],
+) -> None:
+    """Move a service to another queue or change its contracts (ALTER SERVICE).
+
+    \b
+    Example:
+      broker alter service //AWDB/1DBSample/TargetService --queue NewQueue \\
+        --add-contract //AWDB/1DBSample/OtherContract
+    """
+    state.db().alter_service(name, queue=queue, add_contracts=add_contracts, drop_contracts=drop_contracts)
+    click.echo(f"altered service {name}")
+
+
+@alter.command("database")
+@click.option("--enable-broker", is_flag=True, help="ENABLE_BROKER: deliver messages again.")
+@click.option("--disable-broker", is_flag=True, help="DISABLE_BROKER: hold messages in the transmission queue.")
+@click.option(
+    "--new-broker",
+    is_flag=True,
+    help="NEW_BROKER: a new service_broker_guid; every conversation is removed, far sides are not told.",
+)
+@click.option(
+    "--error-broker-conversations",
+    is_flag=True,
+    help="ERROR_BROKER_CONVERSATIONS: end every conversation with an error (after a restore).",
+)
+@click.option(
+    "--honor-broker-priority",
+    type=ON_OFF,
+    help="HONOR_BROKER_PRIORITY: send the transmission queue in priority order.",
+)
+@pass_state
+def alter_database(
+    state: CliState,
+    enable_broker: bool,
+    disable_broker: bool,
+    new_broker: bool,
+    error_broker_conversations: bool,
+    honor_broker_priority: bool | None,
+) -> None:
+    """Change the database's broker options (ALTER DATABASE ... SET).
+
+    One of --enable-broker, --disable-broker, --new-broker and
+    --error-broker-conversations, and/or --honor-broker-priority.
+
+    \b
+    Example:
+      broker alter database --new-broker
+      broker alter database --enable-broker --honor-broker-priority on
+    """
+    chosen = [
+        option
+        for option, given in (
+            ("ENABLE_BROKER", enable_broker),
+            ("DISABLE_BROKER", disable_broker),
+            ("NEW_BROKER", new_broker),
+            ("ERROR_BROKER_CONVERSATIONS", error_broker_conversations),
+        )
+        if given
+    ]
+    if len(chosen) > 1:
+        raise click.UsageError(
+            "give at most one of --enable-broker, --disable-broker, --new-broker and --error-broker-conversations"
+        )
+    if not chosen and honor_broker_priority is None:
+        raise click.UsageError(
+            "nothing to change: give --enable-broker, --disable-broker, --new-broker, "
+            "--error-broker-conversations and/or --honor-broker-priority"
+        )
+    db = state.db()
+    for option in chosen:
+        if option == "NEW_BROKER":
+            click.echo(f"altered database: NEW_BROKER (service_broker_guid {db.new_broker()})")
+            continue
+        if option == "ERROR_BROKER_CONVERSATIONS":
+            db.error_broker_conversations()
+        else:
+            db.set_broker_enabled(option == "ENABLE_BROKER")
+        click.echo(f"altered database: {option}")
+    if honor_broker_priority is not None:
+        db.set_honor_broker_priority(honor_broker_priority)
+        click.echo(f"altered database: HONOR_BROKER_PRIORITY {'ON' if honor_broker_priority else 'OFF'}")
 
 
 # kind -> the Broker method that drops it

@@ -138,6 +138,30 @@ def test_step6_each_endpoint_in_its_own_group(tutorial: broker.Broker) -> None:
     assert str(tutorial.queue_rows(TARGET_QUEUE)[0].conversation_group_id) == str(target["conversation_group_id"])
 
 
+def test_step6_encryption_off_asks_for_no_dialog_security(tutorial: broker.Broker) -> None:
+    handle = _step6(tutorial)
+    initiator = endpoint(tutorial, handle)
+    assert initiator is not None
+    assert initiator["outbound_session_key_identifier"] is None
+
+
+def test_encryption_on_gives_the_initiator_a_session_key_identifier(tutorial: broker.Broker) -> None:
+    """ON (the default) asks for dialog security; inside one instance nothing is
+    encrypted, but the endpoint shows the session key identifier the dialog would use."""
+    handles = []
+    with tutorial.transaction() as tx:
+        for options in ({}, {"encryption": True}):
+            handles.append(tx.begin_dialog(INITIATOR_SERVICE, TARGET_SERVICE, CONTRACT, **options))
+            tx.send(handles[-1], REQUEST, REQUEST_BODY)
+    rows = [endpoint(tutorial, handle) for handle in handles]
+    keys = [row["outbound_session_key_identifier"] for row in rows if row is not None]
+    assert len(keys) == 2 and all(isinstance(key, uuid.UUID) for key in keys) and keys[0] != keys[1]
+    for handle in handles:  # the target side asked for nothing
+        target = _target_of(tutorial, handle)
+        assert target["outbound_session_key_identifier"] is None
+        assert target["inbound_session_key_identifier"] is None
+
+
 # -- step 7 ------------------------------------------------------------------------------
 
 

@@ -32,10 +32,13 @@ def begin_dialog(
     related_conversation: object | None,
     related_conversation_group: object | None,
     lifetime: int | None,
+    encryption: bool,
 ) -> uuid.UUID:
     """Create the initiator endpoint (state SO). Nothing is sent until the first SEND.
 
-    The arguments come checked by the gate (``broker.arguments``).
+    The arguments come checked by the gate (``broker.arguments``). ENCRYPTION = ON gives
+    the endpoint a session key identifier: dialog security is asked for (no key exists
+    behind it, since dialogs inside an instance are never encrypted).
     """
     catalog = ctx.catalog
     if not from_service:
@@ -59,6 +62,7 @@ def begin_dialog(
         ctx, conversation_id=uuid.uuid4(), is_initiator=True, contract_id=contract_info.id,
         group_id=group_id, service_id=service.id, lifetime=now + timedelta(seconds=seconds),
         state="SO", far_service=to_service, far_broker_instance=pinned,
+        session_key=uuid.uuid4() if encryption else None,
     ).conversation_handle
 
 
@@ -176,3 +180,12 @@ def _group_for(
         ctx.state.backend.lock_group(ctx.conn, group_id)
         return group_id, False
     return uuid.uuid4(), True
+
+
+def transmission_status(ctx: TxContext, handle: object) -> str:
+    """The endpoint's last transmission failure, ``""`` if none (or no such endpoint)."""
+    try:
+        endpoint = ep.find_endpoint(ctx, ep.as_handle(handle))
+    except BrokerError:
+        return ""  # NULL or not a handle: GET_TRANSMISSION_STATUS gives the empty string
+    return "" if endpoint is None else endpoint.transmission_status

@@ -153,6 +153,7 @@ def create_endpoint(
     far_service: str,
     far_broker_instance: str | None,
     receive_sequence: int = 0,
+    session_key: uuid.UUID | None = None,
 ) -> Endpoint:
     endpoint = Endpoint(
         conversation_handle=uuid.uuid4(), conversation_id=conversation_id, is_initiator=is_initiator,
@@ -162,7 +163,7 @@ def create_endpoint(
         end_dialog_sequence=-1, receive_sequence=receive_sequence, system_sequence=0,
         priority=priorities.priority_for(ctx, contract_id, service_id, far_service),
         is_system=False, held_messages=0, transmission_status="",
-        create_date=ctx.now(), closed_date=None,
+        create_date=ctx.now(), closed_date=None, outbound_session_key_identifier=session_key,
     )
     ctx.conn.execute(insert(endpoints).values({f.name: getattr(endpoint, f.name) for f in fields(Endpoint)}))
     return endpoint

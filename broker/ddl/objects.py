@@ -1,4 +1,4 @@
-"""CREATE / ALTER / DROP of message types, contracts, queues, services; ENABLE_BROKER.
+"""CREATE / ALTER / DROP of message types, contracts, queues, services and XML schema collections.
 
 Each function runs in the caller's transaction, checks before it writes, and ends with
 ``ctx.catalog_changed()`` so other processes reload their catalog snapshot.
@@ -16,11 +16,11 @@ from broker.conversations import delivery  # a module, not its names: delivery i
 from broker.conversations import endpoints as ep
 from broker.conversations.system_messages import REMOTE_SERVICE_DROPPED
 from broker.conversations.validation import compile_schema
-from broker.errors import MISSING_OPTION, BrokerError, InvalidArgumentError
+from broker.errors import MISSING_OPTION, SYSTEM_OBJECT, BrokerError, InvalidArgumentError
+from broker.storage.catalog import QueueInfo
 from broker.storage.context import TxContext
 from broker.storage.models import (
     FIRST_USER_OBJECT_ID,
-    BrokerDatabase,
     Contract,
     ContractMessageUsage,
     ConversationPriority,
@@ -38,6 +38,7 @@ from broker.storage.queue_tables import (
     queue_table,
     validate_queue_name,
 )
+from broker.storage.rows import Endpoint
 
 # The stored code of each VALIDATION keyword, and the (by initiator, by target) flags of
 # each SENT BY keyword: the keywords come checked by the gate (``broker.arguments``).
@@ -60,6 +61,34 @@ def create_xml_schema_collection(ctx: TxContext, name: str, xsd: str | bytes) ->
 
 def create_message_type(ctx: TxContext, name: str, validation: str, schema_collection: str | None) -> None:
     """``validation`` is a VALIDATION keyword in upper case (the gate's ``choice``)."""
+    values = _validation_values(ctx, validation, schema_collection)
+    if name in ctx.catalog.message_types_by_name:
+        raise BrokerError(2714, name=name)
+    ctx.conn.execute(insert(MessageType).values(
+        message_type_id=next_id(ctx, MessageType.message_type_id), name=name, is_ms_shipped=False, **values,
+    ))
+    ctx.catalog_changed()
+
+
+def alter_message_type(ctx: TxContext, name: str, validation: str, schema_collection: str | None) -> None:
+    """ALTER MESSAGE TYPE name VALIDATION = ...: only the validation changes.
+
+    Messages already in a queue are not checked again; messages still waiting in the
+    transmission queue are checked against the new validation when they are delivered,
+    since validation happens at delivery. Unknown name 15151, a built-in type 59030.
+    """
+    message_type = ctx.catalog.message_types_by_name.get(name)
+    if message_type is None:
+        raise BrokerError(15151, kind="message type", name=name)
+    if message_type.id < FIRST_USER_OBJECT_ID:
+        raise BrokerError(SYSTEM_OBJECT, kind="message type", name=name)
+    values = _validation_values(ctx, validation, schema_collection)
+    ctx.conn.execute(update(MessageType).where(MessageType.message_type_id == message_type.id).values(**values))
+    ctx.catalog_changed()
+
+
+def _validation_values(ctx: TxContext, validation: str, schema_collection: str | None) -> dict[str, Any]:
+    """The stored columns of VALIDATION = ``validation`` [WITH SCHEMA COLLECTION ...]."""
     collection_id = None
     if validation == "VALID_XML":
         if schema_collection is None:
@@ -73,13 +102,7 @@ def create_message_type(ctx: TxContext, name: str, validation: str, schema_colle
     elif schema_collection is not None:
         raise InvalidArgumentError(102, "A schema collection goes only with VALIDATION = VALID_XML.",
                                    near="SCHEMA COLLECTION")
-    if name in ctx.catalog.message_types_by_name:
-        raise BrokerError(2714, name=name)
-    ctx.conn.execute(insert(MessageType).values(
-        message_type_id=next_id(ctx, MessageType.message_type_id), name=name,
-        validation=VALIDATION_CODES[validation], xml_collection_id=collection_id, is_ms_shipped=False,
-    ))
-    ctx.catalog_changed()
+    return {"validation": VALIDATION_CODES[validation], "xml_collection_id": collection_id}
 
 
 def create_contract(ctx: TxContext, name: str, messages: list[tuple[str, str]]) -> None:
@@ -112,7 +135,8 @@ def create_queue(
 ) -> None:
     """The options come checked by the gate (``arguments.queue_options``)."""
     queue_name = validate_queue_name(name)
-    object_id = next_id(ctx, ServiceQueue.object_id)
+    # The queue and its internal table each take an object id (sys.internal_tables).
+    object_id = next_id(ctx, ServiceQueue.object_id, ServiceQueue.internal_table_object_id)
     view_name = ctx.state.backend.queue_view_name(queue_name, object_id)
     if ctx.catalog.queue_named(queue_name) is not None or ctx.state.backend.object_name_taken(ctx.conn, view_name):
         raise BrokerError(2714, name=queue_name)
@@ -123,7 +147,8 @@ def create_queue(
         "is_enqueue_enabled": bool(status), "is_retention_enabled": bool(retention),
         "is_activation_enabled": False, "activation_procedure": None, "max_readers": 0,
         "execute_as": None, "is_poison_message_handling_enabled": bool(poison_message_handling),
-        "internal_table_name": table_name, "layout_version": LAYOUT_VERSION,
+        "internal_table_name": table_name, "internal_table_object_id": object_id + 1,
+        "layout_version": LAYOUT_VERSION,
         "create_date": now, "modify_date": now,
     }
     if activation is not None:
@@ -172,14 +197,7 @@ def create_service(ctx: TxContext, name: str, queue_name: str, contracts: Iterab
     queue = ctx.catalog.queue_named(queue_name)
     if queue is None:
         raise BrokerError(15151, kind="queue", name=queue_name)
-    contract_ids: list[int] = []
-    for contract_name in ([contracts] if isinstance(contracts, str) else contracts):
-        contract = ctx.catalog.contracts_by_name.get(contract_name)
-        if contract is None:
-            raise BrokerError(8425, name=contract_name)
-        if contract.id in contract_ids:
-            raise BrokerError(8404, name=contract_name)
-        contract_ids.append(contract.id)
+    contract_ids = _contract_ids(ctx, [contracts] if isinstance(contracts, str) else list(contracts))
     if name in ctx.catalog.services_by_name:
         raise BrokerError(2714, name=name)
     service_id = next_id(ctx, Service.service_id)
@@ -190,6 +208,100 @@ def create_service(ctx: TxContext, name: str, queue_name: str, contracts: Iterab
         ])
     ctx.catalog_changed()
     delivery.retry_held(ctx)  # messages may have been waiting for a service of this name
+
+
+def alter_service(
+    ctx: TxContext, name: str, queue_name: str | None, add_contracts: list[str], drop_contracts: list[str],
+) -> None:
+    """ALTER SERVICE name [ON QUEUE queue] [(ADD CONTRACT c, DROP CONTRACT c, ...)].
+
+    A new queue receives the service's messages (in their order, retained ones too) and
+    its conversation groups; messages held because the old queue was OFF are retried.
+    A dropped contract refuses new dialogs (their first message gets Error -8408);
+    existing dialogs on it are left as they are (spec 1.5). Errors: unknown service or
+    queue 15151, unknown contract 8425, a contract named twice, added while the service
+    has it, or dropped while it does not (8404 / 8425), nothing changed 8493.
+    """
+    service = ctx.catalog.services_by_name.get(name)
+    if service is None:
+        raise BrokerError(15151, kind="service", name=name)
+    queue = None
+    if queue_name is not None:
+        queue = ctx.catalog.queue_named(queue_name)
+        if queue is None:
+            raise BrokerError(15151, kind="queue", name=queue_name)
+    named = _contract_ids(ctx, add_contracts + drop_contracts)  # each contract once in the two lists
+    added, dropped = named[:len(add_contracts)], named[len(add_contracts):]
+    for contract_id in added:
+        if contract_id in service.contract_ids:
+            raise BrokerError(8404, name=ctx.catalog.contracts[contract_id].name)
+    for contract_id in dropped:
+        if contract_id not in service.contract_ids:
+            raise BrokerError(8425, f"The service contract '{ctx.catalog.contracts[contract_id].name}' "
+                                    f"is not one of the service '{name}'.")
+    moving_to = queue if queue is not None and queue.id != service.queue_id else None
+    if moving_to is None and not added and not dropped:
+        raise BrokerError(8493, name=name)
+    if added:
+        ctx.conn.execute(insert(ServiceContractUsage), [
+            {"service_id": service.id, "service_contract_id": c} for c in added
+        ])
+    if dropped:
+        ctx.conn.execute(delete(ServiceContractUsage).where(
+            ServiceContractUsage.service_id == service.id, ServiceContractUsage.service_contract_id.in_(dropped)))
+    if moving_to is not None:
+        _move_service_messages(ctx, service.id, ctx.catalog.queues[service.queue_id].table_name, moving_to)
+        ctx.conn.execute(update(Service).where(Service.service_id == service.id)
+                         .values(service_queue_id=moving_to.id))
+    ctx.catalog_changed()
+    if moving_to is not None:
+        delivery.retry_held(ctx)  # messages may have waited for the old queue to be ON
+
+
+def _contract_ids(ctx: TxContext, names: list[str]) -> list[int]:
+    """The ids of the contracts named, each at most once (8425 unknown, 8404 twice)."""
+    ids: list[int] = []
+    for contract_name in names:
+        contract = ctx.catalog.contracts_by_name.get(contract_name)
+        if contract is None:
+            raise BrokerError(8425, name=contract_name)
+        if contract.id in ids:
+            raise BrokerError(8404, name=contract_name)
+        ids.append(contract.id)
+    return ids
+
+
+def _move_service_messages(ctx: TxContext, service_id: int, old_table: str, queue: QueueInfo) -> None:
+    """Move a service's messages and conversation groups into ``queue``.
+
+    The rows get new queuing orders in the new queue, in the order they had in the old one.
+    The service's groups and endpoints are locked first, so that no RECEIVE or SEND on
+    them is under way while the rows are copied (PostgreSQL; SQLite runs one writer).
+    """
+    lock_conversations(ctx, service_id)
+    source, target = queue_table(old_table), queue_table(queue.table_name)
+    columns = [c.name for c in source.columns if c.name != "queuing_order"]
+    ctx.conn.execute(insert(target).from_select(
+        columns, select(*(source.c[c] for c in columns)).where(source.c.service_id == service_id)
+        .order_by(source.c.queuing_order)))
+    ctx.conn.execute(delete(source).where(source.c.service_id == service_id))
+    ctx.conn.execute(update(ep.groups).where(ep.groups.c.service_id == service_id).values(queue_id=queue.id))
+    # Wakes this process's readers of the new queue at commit; catalog_changed wakes the others'.
+    ctx.touched_queues.add(queue.id)
+
+
+def lock_conversations(ctx: TxContext, service_id: int | None = None) -> list[Endpoint]:
+    """Lock every conversation group, then every endpoint (of one service, or all), until
+    the transaction ends, and return the endpoints.
+
+    The order RECEIVE and SEND take them in (group, then endpoints), so DDL that moves or
+    removes messages waits for the statements under way on them instead of racing them.
+    SQLite compiles the locks away: its write lock already excludes every other writer.
+    """
+    groups_of = [] if service_id is None else [ep.groups.c.service_id == service_id]
+    endpoints_of = [] if service_id is None else [ep.endpoints.c.service_id == service_id]
+    ctx.conn.execute(select(ep.groups.c.conversation_group_id).where(*groups_of).with_for_update()).all()
+    return [Endpoint(*row) for row in ctx.conn.execute(select(ep.endpoints).where(*endpoints_of).with_for_update())]
 
 
 def drop_service(ctx: TxContext, name: str) -> None:
@@ -241,14 +353,6 @@ def drop_message_type(ctx: TxContext, name: str) -> None:
     ctx.catalog_changed()
 
 
-def set_broker_enabled(ctx: TxContext, enabled: bool) -> None:
-    """ALTER DATABASE ... SET ENABLE_BROKER / DISABLE_BROKER (the guid is kept)."""
-    ctx.conn.execute(update(BrokerDatabase).values(is_broker_enabled=bool(enabled)))
-    ctx.catalog_changed()
-    if enabled:
-        delivery.retry_held(ctx)
-
-
 def _refuse_if_prioritized(ctx: TxContext, kind: str, name: str, condition: Any) -> None:
     """DROP fails while a broker priority names the object (3729), as in SQL Server."""
     priority = ctx.conn.execute(select(ConversationPriority.name).where(condition).limit(1)).scalar()
@@ -272,7 +376,8 @@ def _activation_values(activation: Mapping[str, Any] | None, *, creating: bool) 
     return values
 
 
-def next_id(ctx: TxContext, column: Any) -> int:
-    """User objects are numbered from 65536, as SQL Server numbers them."""
-    highest = ctx.conn.execute(select(func.max(column))).scalar() or 0
-    return max(highest + 1, FIRST_USER_OBJECT_ID)
+def next_id(ctx: TxContext, *columns: Any) -> int:
+    """The next id after the highest in ``columns`` (one sequence may fill several):
+    user objects are numbered from 65536, as SQL Server numbers them."""
+    highest = ctx.conn.execute(select(*(func.max(column) for column in columns))).one()
+    return max(max(value or 0 for value in highest) + 1, FIRST_USER_OBJECT_ID)

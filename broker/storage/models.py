@@ -118,6 +118,9 @@ class ServiceQueue(Base):
     # The hidden table holding the messages, and the layout it was made with, so
     # that a later migration can find and upgrade every queue's table.
     internal_table_name: Mapped[str] = mapped_column(String(SYSNAME), unique=True)
+    # The internal table's own object id (sys.internal_tables), taken from the queues'
+    # id sequence at CREATE QUEUE; NULL never occurs once 0004 has numbered old queues.
+    internal_table_object_id: Mapped[int | None] = mapped_column(Integer)
     layout_version: Mapped[int] = mapped_column(Integer)
     # Consecutive rolled-back transactions that received from this queue (poison
     # message detection: five disable the queue).
@@ -200,6 +203,12 @@ class ConversationEndpoint(Base):
     create_date: Mapped[datetime] = mapped_column(UTCDateTime())
     # When the endpoint closed (CD); closed target endpoints are purged 30 minutes later.
     closed_date: Mapped[datetime | None] = mapped_column(UTCDateTime(), index=True)
+    # Dialog security: an initiator begun WITH ENCRYPTION = ON gets a session key
+    # identifier (sys.conversation_endpoints shows it); OFF and target endpoints have none.
+    # No key exists behind it inside one instance, where dialogs are never encrypted: it
+    # records that the dialog asked for security (a TCP route without a remote service
+    # binding then gives 9727). Last column: ``rows.Endpoint`` lists them in this order.
+    outbound_session_key_identifier: Mapped[uuid.UUID | None] = mapped_column(GUID())
 
 
 class TransmissionQueueEntry(Base):

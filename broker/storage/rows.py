@@ -50,6 +50,7 @@ class Endpoint:
     transmission_status: str
     create_date: datetime
     closed_date: datetime | None
+    outbound_session_key_identifier: uuid.UUID | None = None  # dialog security (ENCRYPTION = ON)
 
 
 _WRITE_BACK = Prepared(

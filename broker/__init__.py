@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         InvalidArgumentError,
         QueueDisabledError,
     )
+    from broker.instance import Instance, instance
     from broker.transaction import Transaction
 
 __all__ = [
@@ -39,12 +40,14 @@ __all__ = [
     "Broker",
     "BrokerError",
     "ConversationNotFoundError",
+    "Instance",
     "InvalidArgumentError",
     "Message",
     "QueueDisabledError",
     "Transaction",
     "connect",
     "error_body",
+    "instance",
     "parse_error",
 ]
 
@@ -52,6 +55,8 @@ __all__ = [
 _HOMES = {
     "Broker": "broker.database",
     "connect": "broker.database",
+    "Instance": "broker.instance",
+    "instance": "broker.instance",
     "BrokerError": "broker.errors",
     "ConversationNotFoundError": "broker.errors",
     "InvalidArgumentError": "broker.errors",

@@ -459,3 +459,40 @@ def names(value: object, what: str) -> list[str]:
     if isinstance(value, bytes) or not isinstance(value, Iterable):
         raise wrong_type(what, value, "a name or a list of names")
     return [text(item, what) for item in value]
+
+
+# -- routes -----------------------------------------------------------------------------
+
+ROUTE_OPTIONS = ("service_name", "broker_instance", "lifetime", "address", "mirror_address")
+
+
+def route_options(given: Mapping[str, Any], *, creating: bool) -> dict[str, Any]:
+    """CREATE / ALTER ROUTE's clauses, checked for type and length (the addresses and
+    how the clauses go together are the DDL's to check). ALTER needs at least one."""
+    statement = "CREATE ROUTE" if creating else "ALTER ROUTE"
+    options(given, ROUTE_OPTIONS, statement)
+    if creating:
+        required(given, ("address",), statement)
+    elif not given:
+        raise InvalidArgumentError(MISSING_OPTION, statement=statement,
+                                   names="at least one of " + ", ".join(ROUTE_OPTIONS).upper())
+    checked: dict[str, Any] = {}
+    for name, value in given.items():
+        if name == "lifetime":
+            checked[name] = None if value is None else route_lifetime(value)
+        elif value is None and name != "address":
+            checked[name] = None
+        else:
+            longest = 128 if name == "broker_instance" else NVARCHAR_256 if name == "service_name" else None
+            checked[name] = text(value, name.upper(), longest=longest)  # addresses: the DDL says 9660
+    return checked
+
+
+def route_lifetime(value: object) -> int:
+    """A route's LIFETIME: seconds from 1 to an ``int``'s largest (9746)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise wrong_type("LIFETIME", value, "int")
+    if not 1 <= value <= INT_MAX:
+        raise InvalidArgumentError(9746, f"The LIFETIME of a route must be from 1 to {INT_MAX} seconds; "
+                                         f"got {_shown(value)}.")
+    return int(value)

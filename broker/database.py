@@ -16,10 +16,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from broker import arguments
 from broker.conversations.messages import Message
 from broker.conversations.receiving import message_from_row
-from broker.ddl import database_options, objects, priorities
+from broker.ddl import database_options, objects, priorities, routes
 from broker.errors import BrokerError
 from broker.events import EventHub
 from broker.runtime.runner import DEFAULT_POLL_S, Runtime
+from broker.runtime.transmitter import Transmitter
 from broker.storage import schema
 from broker.storage.context import TxContext
 from broker.storage.engine import create_broker_engine
@@ -34,7 +35,7 @@ T = TypeVar("T")
 CATALOG_VIEWS = (
     "databases", "xml_schema_collections", "service_message_types", "service_contracts",
     "service_contract_message_usages", "service_queues", "services", "service_contract_usages",
-    "routes", "conversation_groups", "conversation_endpoints", "transmission_queue",
+    "routes", "remote_service_bindings", "conversation_groups", "conversation_endpoints", "transmission_queue",
     "conversation_priorities", "dm_broker_queue_monitors", "dm_broker_activated_tasks", "internal_tables",
 )
 _VIEW_NAME = re.compile(r"^(?:sys\.)?([a-z_]+)$")
@@ -253,6 +254,59 @@ class Broker:
         name = arguments.object_name(name, "broker priority")
         self._ddl(lambda ctx: priorities.drop_broker_priority(ctx, name))
 
+    # -- routes (spec 1.6, 1.7) --------------------------------------------------------------
+
+    def create_route(self, name: str, address: str, *, service_name: str | None = None,
+                     broker_instance: str | None = None, lifetime: int | None = None,
+                     mirror_address: str | None = None) -> None:
+        """CREATE ROUTE name WITH [SERVICE_NAME, BROKER_INSTANCE, LIFETIME,] ADDRESS [, MIRROR_ADDRESS].
+
+        ``address`` is ``"LOCAL"``, ``"TRANSPORT"`` or ``"TCP://host:port"``; ``lifetime``
+        seconds (None: never expires). New conversations that begin here route with it
+        once this transaction commits.
+        """
+        name = arguments.object_name(name, "route")
+        clauses = arguments.route_options({
+            "address": address, "service_name": service_name, "broker_instance": broker_instance,
+            "lifetime": lifetime, "mirror_address": mirror_address}, creating=True)
+        self._ddl(lambda ctx: routes.create_route(ctx, name, clauses))
+
+    def alter_route(self, name: str, **clauses: Any) -> None:
+        """ALTER ROUTE: the clauses of ``create_route``, at least one; the others stay."""
+        name = arguments.object_name(name, "route")
+        checked = arguments.route_options(clauses, creating=False)
+        self._ddl(lambda ctx: routes.alter_route(ctx, name, checked))
+
+    def drop_route(self, name: str) -> None:
+        """DROP ROUTE name (AutoCreatedLocal too: then only named routes lead anywhere)."""
+        name = arguments.object_name(name, "route")
+        self._ddl(lambda ctx: routes.drop_route(ctx, name))
+
+    def create_remote_service_binding(self, name: str, service: str, user: str, anonymous: bool = False) -> None:
+        """CREATE REMOTE SERVICE BINDING name TO SERVICE 'service' WITH USER = user [, ANONYMOUS = ON].
+
+        One binding per remote service (9619). Dialog security uses it on dialogs to
+        another instance.
+        """
+        name = arguments.object_name(name, "remote service binding")
+        service = arguments.text(service, "TO SERVICE", longest=arguments.NVARCHAR_256, empty=False)
+        user = arguments.object_name(user, "user")
+        anonymous = arguments.flag(anonymous, "ANONYMOUS")
+        self._ddl(lambda ctx: routes.create_remote_service_binding(ctx, name, service, user, anonymous))
+
+    def alter_remote_service_binding(self, name: str, *, user: str | None = None,
+                                     anonymous: bool | None = None) -> None:
+        """ALTER REMOTE SERVICE BINDING name WITH [USER = user] [, ANONYMOUS = ON | OFF]."""
+        name = arguments.object_name(name, "remote service binding")
+        user = arguments.optional_object_name(user, "user")
+        checked = None if anonymous is None else arguments.flag(anonymous, "ANONYMOUS")
+        self._ddl(lambda ctx: routes.alter_remote_service_binding(ctx, name, user, checked))
+
+    def drop_remote_service_binding(self, name: str) -> None:
+        """DROP REMOTE SERVICE BINDING name."""
+        name = arguments.object_name(name, "remote service binding")
+        self._ddl(lambda ctx: routes.drop_remote_service_binding(ctx, name))
+
     # -- looking -----------------------------------------------------------------------
 
     def queue_rows(self, queue: str) -> list[Message]:
@@ -385,7 +439,7 @@ class Broker:
     def runtime(self, *, poll_interval: float = DEFAULT_POLL_S, activation: bool = True) -> Runtime:
         """A runtime to use as a context manager: ``with db.runtime(): ...``."""
         return Runtime(self, poll_interval=arguments.interval(poll_interval, "poll_interval"),
-                       activation=arguments.flag(activation, "activation"))
+                       activation=arguments.flag(activation, "activation"), transmitter=Transmitter(lambda: [self]))
 
     def dispose(self) -> None:
         """Close every connection this object holds (idle or pooled)."""

@@ -351,11 +351,16 @@ class Transaction:
         return self._context().conn
 
     def query(self, sql: str, **params: Any) -> list[dict[str, Any]]:
-        """Run SQL in this transaction (e.g. ``SELECT * FROM "TargetQueue"``); rows as dicts.
+        """Run SQL in this transaction (e.g. ``SELECT * FROM "TargetQueue"``); rows as dicts
+        (none for a statement that returns no rows).
 
         A statement the database refuses dooms the transaction, as any database failure
         inside a verb does (PostgreSQL aborts the transaction anyway).
         """
         statement = arguments.text(sql, "SQL statement", empty=False)
         self._wrote = True
-        return self._call(lambda ctx: [dict(row._mapping) for row in ctx.conn.execute(text(statement), params)])
+        def run(ctx: TxContext) -> list[dict[str, Any]]:
+            result = ctx.conn.execute(text(statement), params)
+            return [dict(row) for row in result.mappings()] if result.returns_rows else []
+
+        return self._call(run)

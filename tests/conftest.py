@@ -60,6 +60,11 @@ class PostgresDatabases:
     def create(self, *, empty: bool) -> str:
         name = f"broker_test_{uuid.uuid4().hex[:12]}"
         self._execute(f'CREATE DATABASE "{name}" TEMPLATE "{"template0" if empty else self.template}"')
+        if not empty:  # a clone of the template: a database of its own gets a broker id of its own
+            engine = create_engine(self.url_of(name))
+            with engine.begin() as conn:
+                conn.execute(text("UPDATE sb_database SET service_broker_guid = :guid"), {"guid": uuid.uuid4()})
+            engine.dispose()
         return name
 
     def drop(self, name: str) -> None:
@@ -113,3 +118,30 @@ def tutorial(db: broker.Broker) -> broker.Broker:
     db.create_queue(INITIATOR_QUEUE)
     db.create_service(INITIATOR_SERVICE, INITIATOR_QUEUE)
     return db
+
+
+# Instances: the catalog and two member databases on one backend, or mixed (the catalog
+# and the initiator's database on SQLite, the target's on PostgreSQL).
+INSTANCE_LAYOUTS = {
+    "sqlite": ("sqlite", "sqlite", "sqlite"),
+    "postgresql": ("postgresql", "postgresql", "postgresql"),
+    "mixed": ("sqlite", "sqlite", "postgresql"),
+}
+
+
+@pytest.fixture(params=[layout for layout, backends in INSTANCE_LAYOUTS.items()
+                        if set(backends) <= set(BACKENDS)])
+def instance_urls(request: pytest.FixtureRequest, tmp_path) -> Iterator[tuple[str, str, str]]:  # type: ignore[no-untyped-def]
+    """URLs of an instance catalog, an initiator database and a target database."""
+    created: list[str] = []
+    urls = []
+    for role, backend in zip(("instance", "initiator", "target"), INSTANCE_LAYOUTS[request.param], strict=True):
+        if backend == "sqlite":
+            urls.append(f"sqlite:///{tmp_path / f'{role}.db'}")
+            continue
+        databases: PostgresDatabases = request.getfixturevalue("postgres_databases")
+        created.append(databases.create(empty=False))
+        urls.append(databases.url_of(created[-1]))
+    yield urls[0], urls[1], urls[2]
+    for name in created:
+        request.getfixturevalue("postgres_databases").drop(name)

@@ -32,7 +32,7 @@ from test_cli import (
 )
 
 import broker
-from broker.conversations.delivery import SERVICE_NOT_FOUND
+from broker.routing.matching import SERVICE_NOT_FOUND
 from broker.storage.models import ActivatedTask, QueueMonitor
 from cli.main import cli
 

@@ -17,10 +17,12 @@ BROKER = Path(__file__).resolve().parent.parent / "broker"
 LAYERS = {
     "errors": 0, "arguments": 0, "events": 0,
     "storage": 1,
-    "conversations": 2,
-    "ddl": 3,
-    "runtime": 4,
-    "database": 5, "transaction": 5, "spark": 5, "__init__": 5,
+    "routing": 2,
+    "conversations": 3,
+    "ddl": 4,
+    "transport": 5,
+    "runtime": 6,
+    "database": 7, "transaction": 7, "instance": 7, "spark": 7, "__init__": 7,
 }
 
 

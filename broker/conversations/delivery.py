@@ -1,46 +1,49 @@
 """Moving a message from its sending endpoint into the receiving queue.
 
-Inside one database a message is inserted straight into the target queue in the
-sender's transaction. When that is impossible (broker disabled, target service unknown,
-target queue OFF) it waits in ``sys.transmission_queue`` with a ``transmission_status``
-saying why, and every later message of the same dialog waits behind it, so a dialog is
-never reordered. DDL that can remove the cause (ALTER QUEUE, CREATE SERVICE, ENABLE
-BROKER) retries the waiting messages in its own transaction.
+Where the routes (``broker.routing``) lead to a service of the sender's own database,
+the message is inserted straight into the target queue in the sender's transaction.
+When that is impossible (broker disabled, no route, target service unknown, target
+queue OFF) it waits in ``sys.transmission_queue`` with a ``transmission_status`` saying
+why, and every later message of the same dialog waits behind it, so a dialog is never
+reordered. DDL that can remove the cause (ALTER QUEUE, CREATE SERVICE, ENABLE BROKER)
+retries the waiting messages in its own transaction.
+
+A message for another database (or instance) waits there too, with an empty status,
+until the transmitter (``broker.runtime.transmitter``) has it acknowledged by the
+destination; a local retry leaves such messages alone.
 """
 
 from __future__ import annotations
 
 import uuid
 from datetime import timedelta
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 from sqlalchemy import Row, delete, insert, select, update
 
 from broker.conversations import endpoints as ep
+from broker.conversations.frames import Kind
 from broker.conversations.system_messages import (
     CONTRACT_NOT_SUPPORTED,
     DIALOG_TIMER_ID,
+    END_DIALOG_ID,
     ERROR_ID,
     VALIDATION_FAILED,
     error_body,
 )
 from broker.conversations.validation import body_failure
+from broker.routing.matching import Delayed, Local, OneDatabase, route
 from broker.storage.catalog import QueueInfo
 from broker.storage.context import TxContext
 from broker.storage.queue_tables import RANK_DIALOG_TIMER, RANK_ERROR, RANK_SEQUENCED, queue_statements
 from broker.storage.rows import Endpoint
+from broker.storage.waiting import TRANSMISSION_QUEUE
 
-Kind = Literal["message", "end", "error"]
 # When a held message is first retried in the background (the scheduler backs off from here).
 FIRST_RETRY = timedelta(seconds=4)
 
-# transmission_status texts, verbatim from SQL Server.
+# transmission_status texts, verbatim from SQL Server (routing's are in ``routing.matching``).
 BROKER_DISABLED = "The broker is disabled in the sender's database."
-SERVICE_NOT_FOUND = (
-    "The target service name could not be found. Ensure that the service name is specified "
-    "correctly and/or the routing information has been supplied."
-)
-BROKER_NOT_FOUND = "Could not find the target broker in the local SQL Server instance."
 ERROR_RECEIVED = (
     "Service Broker received an error message on this conversation. Service Broker will not "
     "transmit the message; it will be held until the application ends the conversation."
@@ -49,6 +52,15 @@ ERROR_RECEIVED = (
 
 def queue_disabled(name: str) -> str:
     return f'The service queue "{name}" is currently disabled.'
+
+
+class _Elsewhere:
+    """The outcome of a delivery attempt whose destination is another database."""
+
+
+# The message waits for the transmitter; a local retry leaves its row as it is.
+ELSEWHERE = _Elsewhere()
+Outcome = str | _Elsewhere | None  # why it waits, elsewhere, or delivered (or discarded)
 
 
 class Outgoing(NamedTuple):
@@ -65,9 +77,9 @@ def transmit(ctx: TxContext, sender: Endpoint, out: Outgoing) -> bool:
     if sender.held_messages:
         _hold(ctx, sender, out, sender.transmission_status)
         return False
-    reason = _deliver(ctx, sender, out)
-    if reason is not None:
-        _hold(ctx, sender, out, reason)
+    outcome = _deliver(ctx, sender, out)
+    if outcome is not None:
+        _hold(ctx, sender, out, "" if isinstance(outcome, _Elsewhere) else outcome)
         return False
     if sender.transmission_status:
         ep.set_endpoint(ctx, sender.conversation_handle, transmission_status="")
@@ -108,18 +120,25 @@ def broker_error(ctx: TxContext, receiver: Endpoint, code: int, description: str
 
 def deliver_system_message(ctx: TxContext, receiver: Endpoint, message_type_id: int, body: bytes | None) -> None:
     """Put a broker-made message on the receiver's queue, or hold it while the queue is OFF."""
-    queue = _queue_of(ctx, receiver)
+    queue = queue_of(ctx, receiver)
     if queue.enqueue_enabled:
         enqueue(ctx, receiver, queue, receiver.receive_sequence, message_type_id, body)
-        return
+    else:
+        park(ctx, receiver, queue, receiver.receive_sequence, message_type_id, body)
+
+
+def park(ctx: TxContext, receiver: Endpoint, queue: QueueInfo, sequence: int, message_type_id: int,
+         body: bytes | None) -> None:
+    """Hold a message that arrived for ``receiver`` in this database's transmission queue
+    while its queue is OFF; ALTER QUEUE ... STATUS = ON (or a later retry) enqueues it."""
     ctx.conn.execute(insert(ep.transmissions).values(
         conversation_handle=receiver.conversation_handle,
         to_conversation_handle=receiver.conversation_handle,
         to_service_name=ctx.catalog.services[receiver.service_id].name,
         to_broker_instance=str(ctx.catalog.broker_guid), from_service_name=receiver.far_service,
         service_contract_id=receiver.service_contract_id, enqueue_time=ctx.now(),
-        message_sequence_number=receiver.receive_sequence, message_type_id=message_type_id,
-        is_conversation_error=message_type_id == ERROR_ID, is_end_of_dialog=False,
+        message_sequence_number=sequence, message_type_id=message_type_id,
+        is_conversation_error=message_type_id == ERROR_ID, is_end_of_dialog=message_type_id == END_DIALOG_ID,
         message_body=body, transmission_status=queue_disabled(queue.name), priority=receiver.priority,
         next_attempt_time=ctx.now() + FIRST_RETRY, attempts=0,
     ))
@@ -130,22 +149,21 @@ def retry_held(ctx: TxContext, handles: set[uuid.UUID] | None = None) -> None:
     query = select(ep.transmissions).order_by(ep.transmissions.c.message_id)
     if handles is not None:
         query = query.where(ep.transmissions.c.conversation_handle.in_(handles))
-    blocked: set[uuid.UUID] = set()
+    # A dialog's outbound messages wait behind each other, and so do the messages parked
+    # for it inbound (its queue was OFF), but the two never wait for each other.
+    blocked: set[tuple[bool, uuid.UUID]] = set()
     for row in ctx.conn.execute(query).all():
-        if row.conversation_handle in blocked:
+        inbound = row.to_conversation_handle is not None
+        if (inbound, row.conversation_handle) in blocked:
             continue
-        if row.to_conversation_handle is not None:
-            if not _retry_system_message(ctx, row):
-                blocked.add(row.conversation_handle)
-            continue
-        if not _retry_sequenced(ctx, row):
-            blocked.add(row.conversation_handle)
+        if not (_retry_system_message(ctx, row) if inbound else _retry_sequenced(ctx, row)):
+            blocked.add((inbound, row.conversation_handle))
 
 
 def _retry_system_message(ctx: TxContext, row: Row[Any]) -> bool:
     receiver = ep.find_endpoint(ctx, row.to_conversation_handle)
     if receiver is not None:
-        queue = _queue_of(ctx, receiver)
+        queue = queue_of(ctx, receiver)
         if not queue.enqueue_enabled:
             return False
         enqueue(ctx, receiver, queue, row.message_sequence_number, row.message_type_id, row.message_body)
@@ -159,12 +177,14 @@ def _retry_sequenced(ctx: TxContext, row: Row[Any]) -> bool:
         ctx.conn.execute(delete(ep.transmissions).where(ep.transmissions.c.message_id == row.message_id))
         return True
     if sender.state == "ER":
-        reason: str | None = ERROR_RECEIVED
+        reason: Outcome = ERROR_RECEIVED
     else:
         kind: Kind = "error" if row.is_conversation_error else "end" if row.is_end_of_dialog else "message"
         reason = _deliver(ctx, sender, Outgoing(row.message_sequence_number, row.message_type_id,
                                                 row.message_body, kind))
-    if reason is not None:
+    if reason is ELSEWHERE:
+        return False  # the transmitter's to deliver
+    if isinstance(reason, str):
         ctx.conn.execute(update(ep.transmissions).where(ep.transmissions.c.message_id == row.message_id)
                          .values(transmission_status=reason))
         ep.set_endpoint(ctx, sender.conversation_handle, transmission_status=reason)
@@ -179,44 +199,57 @@ def _retry_sequenced(ctx: TxContext, row: Row[Any]) -> bool:
     return True
 
 
-def _deliver(ctx: TxContext, sender: Endpoint, out: Outgoing) -> str | None:
-    """Deliver one message; None when done (or discarded), else why it must wait."""
+def _deliver(ctx: TxContext, sender: Endpoint, out: Outgoing) -> Outcome:
+    """Deliver one message; None when done (or discarded), ELSEWHERE when it is for
+    another database, else why it must wait."""
     if not ctx.catalog.broker_enabled:
         return BROKER_DISABLED
     peer = ep.peer_of(ctx, sender)
     if peer is None:
-        if not sender.is_initiator:
-            return None  # the initiator has ended and is gone: nothing to deliver to
-        return _deliver_first(ctx, sender, out)
+        return _deliver_without_peer(ctx, sender, out)
     if peer.state in ("DO", "CD"):
         if peer.state == "DO" and out.kind in ("end", "error"):
             # Both sides have ended: the far side drops what it still holds and closes.
             ep.drop_held_messages(ctx, peer.conversation_handle)
             ep.close_endpoint(ctx, peer)
         return None  # the far side has ended: it discards whatever still arrives
-    queue = _queue_of(ctx, peer)
+    queue = queue_of(ctx, peer)
     if not queue.enqueue_enabled:
         return queue_disabled(queue.name)
     if out.kind == "message" and _reject_invalid_body(ctx, sender, peer, out):
         return None
     enqueue(ctx, peer, queue, out.sequence, out.message_type_id, out.body)
-    _after_arrival(ctx, peer, out)
+    after_arrival(ctx, peer, out.sequence, out.kind)
     return None
 
 
+def _deliver_without_peer(ctx: TxContext, sender: Endpoint, out: Outgoing) -> Outcome:
+    """A message whose far endpoint is not in this database (yet).
+
+    The first message of a dialog is routed: routing here knows only this database, so
+    it is conclusive when it leads here or nowhere; anything else is the transmitter's.
+    Later messages go where the first acknowledgement said the far side is.
+    """
+    catalog = ctx.catalog
+    own = str(catalog.broker_guid)
+    far = sender.far_broker_instance
+    if not sender.is_initiator or (far is not None and out.sequence > 0):
+        return None if far == own else ELSEWHERE  # a far side that was here has ended and gone
+    destination = route(catalog.routes, service_name=sender.far_service, broker_instance=far, origin=own,
+                        directory=OneDatabase(catalog), now=ctx.now())
+    if destination == Local(own):
+        return _deliver_first(ctx, sender, out)
+    return destination.reason if isinstance(destination, Delayed) else ELSEWHERE
+
+
 def _deliver_first(ctx: TxContext, sender: Endpoint, out: Outgoing) -> str | None:
-    """The first message of a dialog: find the target service and create its endpoint."""
+    """The first message of a dialog to a service of this database: create its endpoint."""
     if out.kind != "message":
         # An EndDialog or Error with nothing delivered before it (its messages were
         # discarded by END WITH ERROR): the target never heard of the dialog.
         return None
     catalog = ctx.catalog
-    pinned = sender.far_broker_instance
-    if pinned is not None and pinned.lower() != str(catalog.broker_guid):
-        return BROKER_NOT_FOUND
-    service = catalog.services_by_name.get(sender.far_service)
-    if service is None:
-        return SERVICE_NOT_FOUND
+    service = catalog.services_by_name[sender.far_service]  # routing found it here
     contract = catalog.contracts[sender.service_contract_id]
     if contract.id not in service.contract_ids:
         broker_error(ctx, sender, CONTRACT_NOT_SUPPORTED,
@@ -239,17 +272,23 @@ def _deliver_first(ctx: TxContext, sender: Endpoint, out: Outgoing) -> str | Non
     # The first acknowledgement tells the initiator which broker holds the target.
     ep.set_endpoint(ctx, sender.conversation_handle, far_broker_instance=guid)
     enqueue(ctx, peer, queue, out.sequence, out.message_type_id, out.body)
-    _after_arrival(ctx, peer, out)
+    after_arrival(ctx, peer, out.sequence, out.kind)
     return None
 
 
-def _after_arrival(ctx: TxContext, receiver: Endpoint, out: Outgoing) -> None:
-    state = receiver.state
-    if out.kind == "end" and state in ("SO", "SI", "CO"):
+def after_arrival(ctx: TxContext, receiver: Endpoint, sequence: int, kind: Kind) -> None:
+    """``receiver`` has its message ``sequence``: expect the next, and take the state an
+    EndDialog (DI) or an Error (ER) brings."""
+    state = "CO" if receiver.state == "SI" else receiver.state  # the first message is complete
+    if kind == "end" and state in ("SO", "CO"):
         state = "DI"
-    elif out.kind == "error":
+        # The far side has ended: what this side still holds for it would be discarded
+        # on arrival, so it goes now rather than at the next retry.
+        if receiver.held_messages:
+            ep.drop_outbound(ctx, receiver)
+    elif kind == "error":
         state = "ER"
-    ep.advance_receive(ctx, receiver, out.sequence + 1, state)
+    ep.advance_receive(ctx, receiver, sequence + 1, state)
 
 
 def _reject_invalid_body(ctx: TxContext, sender: Endpoint, receiver: Endpoint | None, out: Outgoing) -> bool:
@@ -262,11 +301,8 @@ def _reject_invalid_body(ctx: TxContext, sender: Endpoint, receiver: Endpoint | 
     failure = body_failure(ctx.catalog, message_type, out.body)
     if failure is None:
         return False
-    description = (
-        f"A message of type '{message_type.name}' failed XML validation on the target service. "
-        f"{failure} This occurred in the message with Conversation ID '{str(sender.conversation_id).upper()}', "
-        f"Initiator: {int(sender.is_initiator)}, and Message sequence number: {out.sequence}."
-    )
+    description = validation_failure(message_type.name, failure, sender.conversation_id, sender.is_initiator,
+                                     out.sequence)
     broker_error(ctx, sender, VALIDATION_FAILED, description)
     if receiver is not None:
         broker_error(ctx, receiver, VALIDATION_FAILED, description)
@@ -283,13 +319,27 @@ def _hold(ctx: TxContext, sender: Endpoint, out: Outgoing, reason: str) -> None:
         message_sequence_number=out.sequence, message_type_id=out.message_type_id,
         is_conversation_error=out.kind == "error", is_end_of_dialog=out.kind == "end",
         message_body=out.body, transmission_status=reason, priority=sender.priority,
-        next_attempt_time=ctx.now() + FIRST_RETRY, attempts=0,
+        next_attempt_time=ctx.now(), attempts=0,  # the transmitter's to try at once
     ))
     ep.set_endpoint(ctx, sender.conversation_handle, held_messages=ep.endpoints.c.held_messages + 1,
                     transmission_status=reason)
+    if TRANSMISSION_QUEUE not in ctx.touched_queues:
+        ctx.touched_queues.add(TRANSMISSION_QUEUE)
+        ctx.state.backend.enqueued(ctx.conn, TRANSMISSION_QUEUE)  # wakes the transmitter at commit
 
 
-def _queue_of(ctx: TxContext, endpoint: Endpoint) -> QueueInfo:
+def validation_failure(message_type: str, failure: str, conversation_id: uuid.UUID, from_initiator: bool,
+                       sequence: int) -> str:
+    """The description of Error -9615, as SQL Server words it."""
+    return (
+        f"A message of type '{message_type}' failed XML validation on the target service. "
+        f"{failure} This occurred in the message with Conversation ID '{str(conversation_id).upper()}', "
+        f"Initiator: {int(from_initiator)}, and Message sequence number: {sequence}."
+    )
+
+
+def queue_of(ctx: TxContext, endpoint: Endpoint) -> QueueInfo:
+    """The queue of the service an endpoint belongs to."""
     return ctx.catalog.queues[ctx.catalog.services[endpoint.service_id].queue_id]
 
 

@@ -102,12 +102,17 @@ def endpoints_where(ctx: TxContext, *conditions: Any) -> list[Endpoint]:
 
 def peer_of(ctx: TxContext, endpoint: Endpoint) -> Endpoint | None:
     """The other side's endpoint when it lives in this database."""
+    return by_conversation(ctx, endpoint.conversation_id, not endpoint.is_initiator)
+
+
+def by_conversation(ctx: TxContext, conversation_id: uuid.UUID, is_initiator: bool) -> Endpoint | None:
+    """One side's endpoint of a conversation, if it is in this database; kept for the
+    rest of the transaction (row-locked on PostgreSQL)."""
     kept = ctx.kept
-    peer = kept.by_conversation.get((endpoint.conversation_id.int, not endpoint.is_initiator))
-    if peer is not None:
-        return peer
-    row = _BY_CONVERSATION.first(ctx.conn, p_conversation=endpoint.conversation_id,
-                                 p_initiator=not endpoint.is_initiator)
+    found = kept.by_conversation.get((conversation_id.int, is_initiator))
+    if found is not None:
+        return found
+    row = _BY_CONVERSATION.first(ctx.conn, p_conversation=conversation_id, p_initiator=is_initiator)
     return None if row is None else kept.keep_read(Endpoint(*row))
 
 
@@ -181,6 +186,13 @@ def drop_held_messages(ctx: TxContext, handle: uuid.UUID) -> None:
     ctx.conn.execute(delete(transmissions).where(
         (transmissions.c.conversation_handle == handle) | (transmissions.c.to_conversation_handle == handle)
     ))
+
+
+def drop_outbound(ctx: TxContext, endpoint: Endpoint) -> None:
+    """Discard what this endpoint still has to send (its far side will not take it)."""
+    ctx.conn.execute(delete(transmissions).where(transmissions.c.conversation_handle == endpoint.conversation_handle,
+                                                 transmissions.c.to_conversation_handle.is_(None)))
+    set_endpoint(ctx, endpoint.conversation_handle, held_messages=0, transmission_status="")
 
 
 def close_endpoint(ctx: TxContext, endpoint: Endpoint) -> None:

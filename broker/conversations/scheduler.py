@@ -115,13 +115,16 @@ def expire_lifetimes(ctx: TxContext, queue_id: int | None = None) -> list[Endpoi
 
 
 def retry_due_transmissions(ctx: TxContext) -> int:
-    """Try again the held messages whose retry time has come; back off the rest.
+    """Try again the parked inbound messages (their queue was OFF) whose retry time has
+    come; back off the rest. Returns how many messages left the transmission queue.
 
-    Returns how many messages left the transmission queue.
+    Outbound messages are the transmitter's (``broker.runtime.transmitter``): it routes
+    them, to this database or another.
     """
     now = ctx.now()
     due = ctx.conn.execute(
-        select(_t.c.message_id, _t.c.conversation_handle).where(_t.c.next_attempt_time <= now)
+        select(_t.c.message_id, _t.c.conversation_handle)
+        .where(_t.c.next_attempt_time <= now, _t.c.to_conversation_handle.is_not(None))
         .with_for_update(skip_locked=True)
     ).all()
     if not due:
@@ -159,7 +162,8 @@ def next_deadline(ctx: TxContext) -> datetime | None:
         None if oldest_closed is None else oldest_closed + CLOSED_ENDPOINT_KEPT,
         ctx.conn.execute(select(func.min(_e.c.dialog_timer))).scalar(),
         ctx.conn.execute(select(func.min(_e.c.lifetime)).where(_e.c.state.in_(_OPEN_STATES))).scalar(),
-        ctx.conn.execute(select(func.min(_t.c.next_attempt_time))).scalar(),
+        ctx.conn.execute(select(func.min(_t.c.next_attempt_time))
+                         .where(_t.c.to_conversation_handle.is_not(None))).scalar(),
     ]
     present = [moment for moment in candidates if moment is not None]
     return min(present) if present else None

@@ -26,6 +26,7 @@ LIFETIME_EXPIRED = -8489
 CONTRACT_NOT_SUPPORTED = -8408
 VALIDATION_FAILED = -9615
 REMOTE_SERVICE_DROPPED = -8470
+TYPE_NOT_IN_CONTRACT = -8498
 
 _ERROR_NS = ERROR
 _INT = re.compile(r"\s*[+-]?[0-9]+\s*")  # xs:int's lexical form (int() takes more: "1_0", "١")

@@ -2,7 +2,7 @@
 
 The scheduler loop (``runner``: timers, lifetimes, retries), queue monitors and
 activation (``activation``, ``readers``). It serves a database through the small
-interface of ``served`` and imports only the layers below it.
+interface of ``storage.served`` and imports only the layers below it.
 """
 
 from __future__ import annotations

@@ -36,11 +36,11 @@ from sqlalchemy import delete, func, insert, select, update
 from broker import events
 from broker.errors import BrokerError
 from broker.runtime.readers import Activity, Reader, delete_tasks, forget_dead_tasks, resolve_procedure, task_count
-from broker.runtime.served import ServedDatabase
 from broker.storage.catalog import QueueInfo
 from broker.storage.context import TxContext
 from broker.storage.models import QueueMonitor
 from broker.storage.queue_tables import queue_statements, queue_table
+from broker.storage.served import ServedDatabase
 from broker.storage.statements import Prepared
 
 log = logging.getLogger("broker.activation")

@@ -30,9 +30,9 @@ from sqlalchemy import delete, func, insert, select
 
 from broker import events
 from broker.errors import BrokerError
-from broker.runtime.served import ServedDatabase
 from broker.storage.context import TxContext
 from broker.storage.models import ActivatedTask
+from broker.storage.served import ServedDatabase
 
 log = logging.getLogger("broker.activation")
 

@@ -21,7 +21,8 @@ from types import TracebackType
 from broker import events
 from broker.conversations import scheduler
 from broker.runtime.activation import ActivationManager
-from broker.runtime.served import ServedDatabase
+from broker.runtime.transmitter import Transmitter
+from broker.storage.served import ServedDatabase
 from broker.storage.waiting import ANY_QUEUE
 
 log = logging.getLogger("broker.runtime")
@@ -36,9 +37,11 @@ MIN_GAP_S = 0.02
 class Runtime:
     """The scheduler thread (and activation) of one ``ServedDatabase``; a context manager."""
 
-    def __init__(self, db: ServedDatabase, *, poll_interval: float = DEFAULT_POLL_S, activation: bool = True) -> None:
+    def __init__(self, db: ServedDatabase, *, poll_interval: float = DEFAULT_POLL_S, activation: bool = True,
+                 transmitter: Transmitter | None = None) -> None:
         self.db = db
         self.poll_interval = poll_interval
+        self.transmitter = transmitter
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self.activation = ActivationManager(db, self._stopping) if activation else None
@@ -80,10 +83,15 @@ class Runtime:
         self.stop()
 
     def run_pass(self) -> float:
-        """One pass: due work in one transaction, then activation. Seconds until the next."""
+        """One pass: due work in one transaction, the transmission queue, then activation.
+        Seconds until the next."""
         with self.db.transaction() as tx:
             done = tx.run(scheduler.run_due)
             deadline = tx.run(scheduler.next_deadline)
+        if self.transmitter is not None:
+            moved, due = self.transmitter.run_pass()
+            done.retried += moved
+            deadline = due if deadline is None or (due is not None and due < deadline) else deadline
         self.passes += 1
         self._announce(done)
         wait = self.poll_interval

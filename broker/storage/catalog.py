@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
@@ -19,6 +20,7 @@ from broker.storage.models import (
     Contract,
     ContractMessageUsage,
     MessageType,
+    Route,
     Service,
     ServiceContractUsage,
     ServiceQueue,
@@ -66,11 +68,25 @@ class ServiceInfo:
     contract_ids: frozenset[int]
 
 
+@dataclass(frozen=True, slots=True)
+class RouteInfo:
+    """A row of ``sys.routes``: None in ``service_name`` or ``broker_instance`` matches any."""
+
+    id: int
+    name: str
+    service_name: str | None
+    broker_instance: str | None  # lower case, like the guids it is compared with
+    lifetime: datetime | None
+    address: str
+    mirror_address: str | None
+
+
 @dataclass(slots=True)
 class Catalog:
     version: int
     broker_guid: uuid.UUID
     broker_enabled: bool
+    honor_broker_priority: bool
     message_types: dict[int, MessageTypeInfo]
     message_types_by_name: dict[str, MessageTypeInfo]
     contracts: dict[int, ContractInfo]
@@ -80,6 +96,7 @@ class Catalog:
     services: dict[int, ServiceInfo]
     services_by_name: dict[str, ServiceInfo]
     schema_collections: dict[int, tuple[str, str]]  # id -> (name, text)
+    routes: tuple[RouteInfo, ...]
     # Compiled schema collections by id, filled by ``conversations.validation`` on first
     # use: compiled once per snapshot, shared by every transaction that sees it.
     compiled_schemas: dict[int, Any] = field(default_factory=dict)
@@ -142,10 +159,17 @@ def load_catalog(conn: Connection) -> Catalog:
         for row in conn.execute(select(XmlSchemaCollection.xml_collection_id, XmlSchemaCollection.name,
                                        XmlSchemaCollection.schema_text))
     }
+    routes = tuple(
+        RouteInfo(row.route_id, row.name, row.remote_service_name,
+                  row.broker_instance.lower() if row.broker_instance else None, row.lifetime, row.address,
+                  row.mirror_address)
+        for row in conn.execute(select(Route.__table__).order_by(Route.route_id))
+    )
     return Catalog(
         version=db.catalog_version,
         broker_guid=db.service_broker_guid,
         broker_enabled=bool(db.is_broker_enabled),
+        honor_broker_priority=bool(db.is_honor_broker_priority_on),
         message_types=message_types,
         message_types_by_name={m.name: m for m in message_types.values()},
         contracts=contracts,
@@ -155,4 +179,5 @@ def load_catalog(conn: Connection) -> Catalog:
         services=services,
         services_by_name={s.name: s for s in services.values()},
         schema_collections=schema_collections,
+        routes=routes,
     )

@@ -311,3 +311,28 @@ class SparkSink(Base):
     sink_id: Mapped[str] = mapped_column(String(1024), primary_key=True)
     batch_id: Mapped[int] = mapped_column(BigInteger)
     commit_time: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class RemoteServiceBinding(Base):
+    """CREATE REMOTE SERVICE BINDING: the user whose certificate secures dialogs with a
+    remote service (dialog security; one binding per remote service)."""
+
+    __tablename__ = "sb_remote_service_bindings"
+
+    remote_service_binding_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    name: Mapped[str] = mapped_column(String(SYSNAME), unique=True)
+    remote_service_name: Mapped[str] = mapped_column(String(256), unique=True)
+    user_name: Mapped[str] = mapped_column(String(SYSNAME))
+    is_anonymous_on: Mapped[bool] = mapped_column(Boolean)
+
+
+class InstanceDatabase(Base):
+    """A database served by the instance whose catalog this is (``broker.instance``):
+    rows only in an instance catalog, SQL Server's ``master.sys.databases``."""
+
+    __tablename__ = "sb_instance_databases"
+
+    name: Mapped[str] = mapped_column(String(SYSNAME), primary_key=True)
+    url: Mapped[str] = mapped_column(Text)
+    database_id: Mapped[int] = mapped_column(Integer, unique=True)
+    create_date: Mapped[datetime] = mapped_column(UTCDateTime())

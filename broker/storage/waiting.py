@@ -18,6 +18,9 @@ from typing import Any
 
 # The key every commit bumps, whatever queues it touched (the runtime waits on it).
 ANY_QUEUE = -1
+# The key of the transmission queue: a commit that holds messages there for another
+# database wakes the transmitter (queue ids start at 65536).
+TRANSMISSION_QUEUE = 0
 # Back-off between data_version checks while nothing happens in this process.
 FIRST_CHECK_S = 0.001
 LONGEST_CHECK_S = 0.025

@@ -1,7 +1,7 @@
-"""What the runtime needs of the database it serves.
+"""What the runtime and the transport need of a database they serve.
 
-The runtime sits below the face: it is handed a ``broker.Broker`` (whose procedures it
-starts with that same handle) but knows it only through this interface.
+Both sit below the face: they are handed a ``broker.Broker`` (the runtime starts
+activation procedures with that same handle) but know it only through this interface.
 """
 
 from __future__ import annotations

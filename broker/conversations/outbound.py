@@ -1,0 +1,165 @@
+"""The sender's half of the dialog protocol: the transmission queue's outbound messages.
+
+A message for another database waits in its sender's transmission queue until the
+destination acknowledges it. The transmitter (``broker.runtime.transmitter``) reads the
+due ones (:func:`due_messages`), routes them, sends them as frames, and settles the
+receipts here in the sender's transaction (:func:`settle`): an acknowledged message
+leaves the queue (the first acknowledgement names the far side's broker instance, and an
+acknowledged EndDialog or Error closes an endpoint that has ended), a refused one waits
+with the reason and a growing back-off, a broker error ends this side of the dialog.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import case, delete, select, update
+
+from broker.conversations import endpoints as ep
+from broker.conversations.delivery import ERROR_RECEIVED, broker_error, retry_held
+from broker.conversations.frames import Delivery, Kind, MessageFrame
+from broker.conversations.scheduler import retry_delay
+from broker.storage.catalog import Catalog
+from broker.storage.context import TxContext
+
+_t, _e = ep.transmissions, ep.endpoints
+_DUE_COLUMNS = (
+    _t.c.message_id, _t.c.conversation_handle, _t.c.to_service_name, _t.c.to_broker_instance,
+    _t.c.from_service_name, _t.c.service_contract_id, _t.c.message_sequence_number, _t.c.message_type_id,
+    _t.c.is_conversation_error, _t.c.is_end_of_dialog, _t.c.message_body, _t.c.attempts,
+    _e.c.conversation_id, _e.c.is_initiator, _e.c.lifetime, _e.c.state, _e.c.far_broker_instance,
+)
+DELETE_CHUNK = 500  # message ids per DELETE ... IN (...)
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundMessage:
+    """A message in the transmission queue, with what routing and its frame need."""
+
+    message_id: int
+    conversation_handle: uuid.UUID
+    to_service: str
+    to_broker: str | None
+    from_service: str
+    contract_id: int
+    sequence: int
+    message_type_id: int
+    is_error: bool
+    is_end: bool
+    body: bytes | None
+    attempts: int
+    conversation_id: uuid.UUID
+    from_initiator: bool
+    lifetime: datetime
+    state: str
+    far_broker: str | None
+
+    @property
+    def kind(self) -> Kind:
+        return "error" if self.is_error else "end" if self.is_end else "message"
+
+    @property
+    def destination_instance(self) -> str | None:
+        """The broker instance the message is for: the one it was routed to before, else
+        the one the dialog knows (pinned at BEGIN DIALOG, or named by an acknowledgement)."""
+        return self.to_broker or self.far_broker
+
+
+def due_messages(ctx: TxContext, limit: int) -> list[OutboundMessage]:
+    """Outbound messages due for an attempt, in the order they go out: by message id,
+    within each priority from the highest when HONOR_BROKER_PRIORITY is ON. Reads only."""
+    order = (_t.c.priority.desc(), _t.c.message_id) if ctx.catalog.honor_broker_priority else (_t.c.message_id,)
+    rows: Sequence[tuple[Any, ...]] = ctx.conn.execute(
+        select(*_DUE_COLUMNS).join(_e, _e.c.conversation_handle == _t.c.conversation_handle)
+        .where(_t.c.to_conversation_handle.is_(None), _t.c.next_attempt_time <= ctx.now())
+        .order_by(*order).limit(limit)
+    ).all()
+    return [OutboundMessage(*row) for row in rows]
+
+
+def frame_of(catalog: Catalog, message: OutboundMessage, destination: str) -> MessageFrame:
+    """The frame that carries ``message`` (of the database ``catalog`` describes) to the
+    database whose broker instance is ``destination``."""
+    return MessageFrame(
+        message_id=message.message_id, conversation_id=message.conversation_id,
+        from_initiator=message.from_initiator, from_service=message.from_service,
+        from_broker=str(catalog.broker_guid), to_service=message.to_service, to_broker=destination,
+        contract=catalog.contracts[message.contract_id].name,
+        message_type=catalog.message_types[message.message_type_id].name,
+        sequence=message.sequence, kind=message.kind, body=message.body, lifetime=message.lifetime,
+    )
+
+
+def settle(ctx: TxContext, delivery: Delivery, sent: dict[int, OutboundMessage]) -> int:
+    """Apply the destination's receipts in the sender's transaction; how many messages
+    left the transmission queue."""
+    acknowledged = [r.message_id for r in delivery.receipts if r.acknowledged]
+    gone = _forget(ctx, acknowledged, delivery.broker_instance)
+    for receipt in delivery.receipts:
+        message = sent[receipt.message_id]
+        if receipt.acknowledged:
+            if receipt.message_id in gone and message.kind != "message":
+                endpoint = ep.find_endpoint(ctx, message.conversation_handle)
+                if endpoint is not None and endpoint.state == "DO":
+                    ep.close_endpoint(ctx, endpoint)  # the far side has our EndDialog / Error
+        else:
+            wait(ctx, [message], receipt.reason)
+        if receipt.error is not None:
+            endpoint = ep.find_endpoint(ctx, message.conversation_handle)
+            if endpoint is not None:
+                broker_error(ctx, endpoint, receipt.error.code, receipt.error.description)
+    return len(gone)
+
+
+def wait(ctx: TxContext, messages: Iterable[OutboundMessage], reason: str) -> None:
+    """These messages stay: say why, and try again after a back-off."""
+    now = ctx.now()
+    for message in messages:
+        ctx.conn.execute(update(_t).where(_t.c.message_id == message.message_id).values(
+            transmission_status=reason, attempts=message.attempts + 1,
+            next_attempt_time=now + retry_delay(message.attempts + 1)))
+        ep.set_endpoint(ctx, message.conversation_handle, transmission_status=reason)
+
+
+def hold_for_the_application(ctx: TxContext, messages: Iterable[OutboundMessage]) -> None:
+    """The dialog received an Error: its messages wait, unsent, until it is ended."""
+    for message in messages:
+        ctx.conn.execute(update(_t).where(_t.c.message_id == message.message_id).values(
+            transmission_status=ERROR_RECEIVED, next_attempt_time=None))
+
+
+def deliver_here(ctx: TxContext, messages: Sequence[OutboundMessage]) -> int:
+    """Messages routed to their own database: deliver them in this transaction, in order
+    per dialog; the ones that still cannot go back off. How many left the queue."""
+    retry_held(ctx, {m.conversation_handle for m in messages})
+    remaining = set(ctx.conn.execute(
+        select(_t.c.message_id).where(_t.c.message_id.in_([m.message_id for m in messages]))).scalars())
+    still = [m for m in messages if m.message_id in remaining]
+    now = ctx.now()
+    for message in still:
+        ctx.conn.execute(update(_t).where(_t.c.message_id == message.message_id).values(
+            attempts=message.attempts + 1, next_attempt_time=now + retry_delay(message.attempts + 1)))
+    return len(messages) - len(still)
+
+
+def _forget(ctx: TxContext, message_ids: list[int], far_broker: str) -> set[int]:
+    """Delete the acknowledged messages; the endpoints that sent them learn where their
+    far side is and how many messages they still hold. The ids actually deleted (another
+    transmitter may have settled some already)."""
+    gone: dict[int, uuid.UUID] = {}
+    for start in range(0, len(message_ids), DELETE_CHUNK):
+        chunk = message_ids[start:start + DELETE_CHUNK]
+        deleted = ctx.conn.execute(
+            delete(_t).where(_t.c.message_id.in_(chunk)).returning(_t.c.message_id, _t.c.conversation_handle))
+        gone.update((message_id, handle) for message_id, handle in deleted)
+    for handle, count in Counter(gone.values()).items():
+        left = _e.c.held_messages - count
+        ctx.conn.execute(update(_e).where(_e.c.conversation_handle == handle).values(
+            held_messages=left, far_broker_instance=far_broker,
+            transmission_status=case((left == 0, ""), else_=_e.c.transmission_status)))
+    return set(gone)

@@ -1,0 +1,86 @@
+"""``broker.instance(url)``: the databases served together, on every layout of backends."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import broker
+
+
+@pytest.fixture
+def inst(instance_urls: tuple[str, str, str]) -> Iterator[broker.Instance]:
+    instance = broker.instance(instance_urls[0])
+    yield instance
+    instance.dispose()
+
+
+def test_databases_are_added_listed_and_removed(inst: broker.Instance, instance_urls: tuple[str, str, str]) -> None:
+    _, first_url, second_url = instance_urls
+    first = inst.add_database("First", first_url)
+    second = inst.add_database("Second", second_url)
+    assert list(inst.databases) == ["First", "Second"]
+    assert inst.database("First") is first and inst.databases["Second"] is second
+    rows = inst.catalog("sys.databases")
+    assert [(r["name"], r["database_id"]) for r in rows] == [("First", 5), ("Second", 6)]
+    assert [r["service_broker_guid"] for r in rows] == [first.service_broker_guid, second.service_broker_guid]
+    assert all(r["is_broker_enabled"] == 1 for r in rows)
+    inst.remove_database("First")
+    assert list(inst.databases) == ["Second"]
+    detached = broker.connect(first_url)
+    assert detached.catalog("sys.routes")[0]["name"] == "AutoCreatedLocal"  # its data stays where it was
+    detached.dispose()
+
+
+def test_a_name_is_unique_and_an_unknown_one_is_911(inst: broker.Instance, instance_urls: tuple[str, str, str]) -> None:
+    inst.add_database("A", instance_urls[1])
+    with pytest.raises(broker.BrokerError) as twice:
+        inst.add_database("A", instance_urls[2])
+    assert twice.value.number == 1801
+    with pytest.raises(broker.BrokerError) as unknown:
+        inst.database("Nope")
+    assert unknown.value.number == 911
+    with pytest.raises(broker.BrokerError) as gone:
+        inst.remove_database("Nope")
+    assert gone.value.number == 15151
+
+
+def test_a_copy_of_a_member_is_attached_with_its_broker_disabled(
+    inst: broker.Instance, instance_urls: tuple[str, str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    original = inst.add_database("Original", instance_urls[1])
+    copy = broker.connect(instance_urls[2])
+    with copy.transaction() as tx:  # the copy has the original's broker id, as a restored backup does
+        tx.query("UPDATE sb_database SET service_broker_guid = :guid", guid=_stored(original))
+    copy.dispose()
+    attached = inst.add_database("Copy", instance_urls[2])
+    assert attached.service_broker_guid == original.service_broker_guid
+    enabled = {row["name"]: row["is_broker_enabled"] for row in inst.catalog("sys.databases")}
+    assert enabled == {"Original": 1, "Copy": 0}
+    assert "9773" in caplog.text
+    attached.new_broker()  # a broker id of its own: it may be enabled
+    assert attached.service_broker_guid != original.service_broker_guid
+
+
+def test_the_instance_remembers_its_databases(tmp_path: Path) -> None:
+    os.chdir(tmp_path)
+    inst = broker.instance("sqlite:///instance.db")
+    inst.add_database("Relative", "sqlite:///relative.db")
+    inst.dispose()
+    os.chdir(tmp_path.parent)  # opened again from elsewhere: the path was stored absolute
+    again = broker.instance(f"sqlite:///{tmp_path / 'instance.db'}")
+    try:
+        assert list(again.databases) == ["Relative"]
+        assert again.database("Relative").catalog("sys.routes")[0]["name"] == "AutoCreatedLocal"
+    finally:
+        again.dispose()
+
+
+def _stored(db: broker.Broker) -> str:
+    """The broker id as the database stores it (text on SQLite, uuid on PostgreSQL)."""
+    [row] = db.catalog("sys.databases")
+    guid = row["service_broker_guid"]
+    return str(guid) if db.engine.dialect.name == "sqlite" else guid

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
         InvalidArgumentError,
         QueueDisabledError,
     )
-    from broker.instance import Instance, instance
+    from broker.instances import Instance, instance
     from broker.transaction import Transaction
 
 __all__ = [
@@ -55,8 +55,8 @@ __all__ = [
 _HOMES = {
     "Broker": "broker.database",
     "connect": "broker.database",
-    "Instance": "broker.instance",
-    "instance": "broker.instance",
+    "Instance": "broker.instances",
+    "instance": "broker.instances",
     "BrokerError": "broker.errors",
     "ConversationNotFoundError": "broker.errors",
     "InvalidArgumentError": "broker.errors",

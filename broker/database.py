@@ -73,6 +73,9 @@ class Broker:
         self._state = DatabaseState(engine)
         self.Session = sessionmaker(bind=engine)
         self.events: EventHub = self._state.events
+        # Set by the instance this database is a member of: refuses (9772) to enable a
+        # broker whose service_broker_guid another enabled member has.
+        self.enabling_check: Callable[[Broker], None] | None = None
 
     @property
     def state(self) -> DatabaseState:
@@ -209,6 +212,8 @@ class Broker:
         """ALTER DATABASE SET ENABLE_BROKER (True) / DISABLE_BROKER (False), in its own
         transaction; enabling delivers the messages held while it was disabled."""
         enabled = arguments.flag(enabled, "ENABLE_BROKER")
+        if enabled and self.enabling_check is not None:
+            self.enabling_check(self)
         self._ddl(lambda ctx: database_options.set_broker_enabled(ctx, enabled))
 
     def new_broker(self) -> uuid.UUID:
@@ -223,6 +228,8 @@ class Broker:
         enabled, the guid kept, untransmitted messages dropped and every open dialog ended
         with Error -9719 (state ER). Locks every group and endpoint first, as
         ``new_broker`` does."""
+        if self.enabling_check is not None:
+            self.enabling_check(self)
         self._ddl(database_options.error_broker_conversations)
 
     def set_honor_broker_priority(self, on: bool) -> None:

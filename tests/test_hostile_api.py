@@ -17,6 +17,7 @@ import math
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -103,6 +104,7 @@ class Baseline:
     initiator: uuid.UUID
     target: uuid.UUID
     group: uuid.UUID
+    member_url: str
 
     def state(self) -> tuple[object, ...]:
         rows = [(m.status, m.conversation_handle, m.message_sequence_number, m.message_type_name, m.message_body)
@@ -116,7 +118,7 @@ class Baseline:
 
 
 @pytest.fixture
-def baseline(tutorial: broker.Broker) -> Baseline:
+def baseline(tutorial: broker.Broker, tmp_path: Path) -> Baseline:
     db = tutorial
     # Rolled-back RECEIVEs must not disable the queues (poison handling) mid-test.
     db.alter_queue(TARGET_QUEUE, poison_message_handling=False)
@@ -124,7 +126,7 @@ def baseline(tutorial: broker.Broker) -> Baseline:
     initiator = open_dialog(db, b"<RequestMsg>baseline</RequestMsg>")
     target = target_handle(db, initiator)
     [row] = db.catalog("sys.conversation_endpoints", conversation_handle=target)
-    return Baseline(db, initiator, target, row["conversation_group_id"])
+    return Baseline(db, initiator, target, row["conversation_group_id"], f"sqlite:///{tmp_path / 'member.db'}")
 
 
 class _Undo(Exception):
@@ -154,7 +156,27 @@ def only_numbered_errors(call: Callable[[], object]) -> None:
 Verb = Callable[..., object]
 SCRATCH_QUEUE, SCRATCH_SERVICE, SCRATCH_TYPE = "ScratchQueue", "//scratch/service", "//scratch/type"
 SCRATCH_CONTRACT, SCRATCH_XSD, SCRATCH_PRIORITY = "//scratch/contract", "//scratch/xsd", "ScratchPriority"
-SCRATCH_NAMES = (SCRATCH_QUEUE, SCRATCH_SERVICE, SCRATCH_TYPE, SCRATCH_CONTRACT, SCRATCH_XSD, SCRATCH_PRIORITY)
+SCRATCH_ROUTE, SCRATCH_BINDING = "ScratchRoute", "ScratchBinding"
+SCRATCH_NAMES = (SCRATCH_QUEUE, SCRATCH_SERVICE, SCRATCH_TYPE, SCRATCH_CONTRACT, SCRATCH_XSD, SCRATCH_PRIORITY,
+                 SCRATCH_ROUTE, SCRATCH_BINDING)
+DROPPABLE = ["service", "queue", "contract", "message_type", "broker_priority", "route", "remote_service_binding"]
+
+
+def _instance_verbs(b: Baseline, member: object, url: object) -> None:
+    """An instance whose catalog is the baseline's database: add, find and remove a member."""
+    inst = broker.Instance(b.db)
+    target = b.member_url if url == "MEMBER_URL" else url
+    try:
+        inst.add_database(member, target)  # type: ignore[arg-type]
+    except broker.BrokerError:
+        pass
+    for verb in (inst.database, inst.remove_database):
+        try:
+            verb(member)  # type: ignore[arg-type]
+        except broker.BrokerError as error:
+            assert error.number > 0
+    for opened in list(inst._open.values()):
+        opened.dispose()
 
 
 def _tx(verb: Callable[..., object]) -> Verb:
@@ -223,10 +245,37 @@ VERBS: dict[str, tuple[Verb, Callable[[], tuple[Arg, ...]]]] = {
         lambda: (mixed(SCRATCH_SERVICE), mixed(SCRATCH_QUEUE), mixed((), ["DEFAULT"], "DEFAULT"))),
     "drop": (
         lambda b, kind, n: getattr(b.db, f"drop_{kind}")(n),
-        lambda: (Arg(st.sampled_from(["service", "queue", "contract", "message_type", "broker_priority"]),
-                     st.sampled_from(["service", "queue", "contract", "message_type", "broker_priority"])),
-                 mixed(*SCRATCH_NAMES))),
+        lambda: (Arg(st.sampled_from(DROPPABLE), st.sampled_from(DROPPABLE)), mixed(*SCRATCH_NAMES))),
     "set_broker_enabled": (lambda b, on: b.db.set_broker_enabled(on), lambda: (mixed(True, False),)),
+    "set_honor_broker_priority": (lambda b, on: b.db.set_honor_broker_priority(on), lambda: (mixed(True, False),)),
+    "alter_service": (
+        lambda b, n, q, add, drop: b.db.alter_service(n, queue=q, add_contracts=add, drop_contracts=drop),
+        lambda: (mixed(SCRATCH_SERVICE), mixed(None, SCRATCH_QUEUE), mixed((), ["DEFAULT"]), mixed((), "DEFAULT"))),
+    "alter_message_type": (
+        lambda b, n, v, c: b.db.alter_message_type(n, v, c),
+        lambda: (mixed(SCRATCH_TYPE), mixed("NONE", "WELL_FORMED_XML"), mixed(None))),
+    "create_route": (
+        lambda b, n, address, service, instance, lifetime, mirror: b.db.create_route(
+            n, address, service_name=service, broker_instance=instance, lifetime=lifetime, mirror_address=mirror),
+        lambda: (mixed(SCRATCH_ROUTE), mixed("LOCAL", "TCP://h:4022", "TRANSPORT"), mixed(None, "//svc"),
+                 mixed(None, "D8D4D268-00A3-4C62-8F91-634B89B1E315"), mixed(None, 60), mixed(None, "TCP://m:1"))),
+    "alter_route": (
+        lambda b, n, clauses: b.db.alter_route(n, **clauses),
+        lambda: (mixed(SCRATCH_ROUTE), Arg(st.just({"address": "TCP://other:1"}), st.dictionaries(
+            st.sampled_from(["address", "service_name", "broker_instance", "lifetime", "mirror_address", "x"]),
+            ANYTHING, max_size=3)))),
+    "create_remote_service_binding": (
+        lambda b, n, service, user, anonymous: b.db.create_remote_service_binding(n, service, user, anonymous),
+        lambda: (mixed(SCRATCH_BINDING), mixed("//far"), mixed("User"), mixed(False, True))),
+    "alter_remote_service_binding": (
+        lambda b, n, user, anonymous: b.db.alter_remote_service_binding(n, user=user, anonymous=anonymous),
+        lambda: (mixed(SCRATCH_BINDING), mixed(None, "Other"), mixed(None, True))),
+    "get_transmission_status": (
+        _tx(lambda tx, b, h: tx.get_transmission_status(b.initiator if h == "I" else h)),
+        lambda: (mixed("I", None),)),
+    "instance": (
+        lambda b, member, url: _instance_verbs(b, member, url),
+        lambda: (mixed("Member"), mixed("MEMBER_URL"))),
     "create_broker_priority": (
         lambda b, n, c, local, remote, level: b.db.create_broker_priority(
             n, contract_name=c, local_service_name=local, remote_service_name=remote, priority_level=level),

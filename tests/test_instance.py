@@ -61,8 +61,15 @@ def test_a_copy_of_a_member_is_attached_with_its_broker_disabled(
     enabled = {row["name"]: row["is_broker_enabled"] for row in inst.catalog("sys.databases")}
     assert enabled == {"Original": 1, "Copy": 0}
     assert "9773" in caplog.text
-    attached.new_broker()  # a broker id of its own: it may be enabled
+    for enable in (lambda: attached.set_broker_enabled(True), attached.error_broker_conversations):
+        with pytest.raises(broker.BrokerError) as refused:
+            enable()
+        assert refused.value.number == 9772 and "'Original'" in refused.value.message
+    assert {row["name"]: row["is_broker_enabled"] for row in inst.catalog("sys.databases")}["Copy"] == 0
+    attached.new_broker()  # a broker id of its own: it is enabled, and no twin of anyone
     assert attached.service_broker_guid != original.service_broker_guid
+    assert all(row["is_broker_enabled"] == 1 for row in inst.catalog("sys.databases"))
+    original.set_broker_enabled(True)
 
 
 def test_the_instance_remembers_its_databases(tmp_path: Path) -> None:
@@ -84,3 +91,9 @@ def _stored(db: broker.Broker) -> str:
     [row] = db.catalog("sys.databases")
     guid = row["service_broker_guid"]
     return str(guid) if db.engine.dialect.name == "sqlite" else guid
+
+
+def test_broker_instance_stays_the_function_once_its_module_is_imported() -> None:
+    import broker.instances  # noqa: F401 - what any import of the module does to the package
+
+    assert callable(broker.instance) and broker.instance is broker.instances.instance

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from sqlalchemy import Table, delete, func, insert, select
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL
 
 from broker import arguments
 from broker.database import Broker, connect
@@ -57,14 +57,11 @@ class Instance:
         Server attaches a copy.
         """
         name = arguments.object_name(name, "database")
-        url = _absolute(arguments.text(url, "database URL", empty=False))
         if self._row(name) is not None:
             raise BrokerError(1801, f"Database '{name}' already exists. Choose a different database name.")
-        database = connect(url)
-        guid = database.service_broker_guid
-        twin = next((other for other_name, other in self.databases.items()
-                     if other.service_broker_guid == guid and _enabled(other)), None)
-        if twin is not None and _enabled(database):
+        database = self._member(connect(url))  # refuses a URL it cannot use, with a number
+        url = _absolute(database.engine.url)
+        if _enabled(database) and self._twin_of(database) is not None:
             database.set_broker_enabled(False)
             log.warning("error 9773: The Service Broker in database '%s' is disabled because there is already "
                         "an enabled Service Broker with the same ID.", name)
@@ -95,7 +92,7 @@ class Instance:
         row = self._row(name)
         if row is None:
             raise BrokerError(911, f"Database '{name}' does not exist. Make sure that the name is entered correctly.")
-        database = connect(row.url)
+        database = self._member(connect(row.url))
         with self._lock:
             return self._open.setdefault(name, database)
 
@@ -150,6 +147,22 @@ class Instance:
             database.dispose()
         self.msdb.dispose()
 
+    def _member(self, database: Broker) -> Broker:
+        database.enabling_check = self._refuse_a_twin
+        return database
+
+    def _twin_of(self, database: Broker) -> str | None:
+        """The name of another enabled member with ``database``'s broker instance."""
+        guid = database.service_broker_guid
+        return next((name for name, other in self.databases.items()
+                     if other is not database and other.service_broker_guid == guid and _enabled(other)), None)
+
+    def _refuse_a_twin(self, database: Broker) -> None:
+        twin = self._twin_of(database)
+        if twin is not None:
+            raise BrokerError(9772, f"The Service Broker in database '{_name_of(self, database)}' cannot be enabled "
+                                    f"because there is already an enabled Service Broker ('{twin}') with the same ID.")
+
     def _row(self, name: str) -> Any:
         return _run(self.msdb, 
             lambda ctx: ctx.conn.execute(select(_members).where(_members.c.name == name)).first())
@@ -169,15 +182,18 @@ def _insert_member(ctx: TxContext, name: str, url: str) -> None:
         name=name, url=url, database_id=max((highest or 0) + 1, FIRST_DATABASE_ID), create_date=ctx.now()))
 
 
+def _name_of(instance: Instance, database: Broker) -> str:
+    return next((name for name, member in instance.databases.items() if member is database), "?")
+
+
 def _enabled(database: Broker) -> bool:
     return bool(database.catalog("sys.databases")[0]["is_broker_enabled"])
 
 
-def _absolute(url: str) -> str:
-    """A SQLite URL with its file's path made absolute: the instance may be opened again
-    from another working directory."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database.startswith("file:"):
-        return url
-    return parsed.set(database=str(Path(parsed.database).resolve())).render_as_string(hide_password=False)
+def _absolute(url: URL) -> str:
+    """The URL to store, a SQLite file's path made absolute: the instance may be opened
+    again from another working directory."""
+    if url.get_backend_name() == "sqlite" and url.database and not url.database.startswith("file:"):
+        url = url.set(database=str(Path(url.database).resolve()))
+    return url.render_as_string(hide_password=False)
 

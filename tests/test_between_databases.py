@@ -385,3 +385,70 @@ def test_honor_broker_priority_orders_the_transmission_queue(pair: Pair, honor: 
     with pair.initiator.transaction() as tx:
         due = tx.run(lambda ctx: due_messages(ctx, 10))
     assert [m.body for m in due] == ([b"<urgent/>", b"<routine/>"] if honor else [b"<routine/>", b"<urgent/>"])
+
+
+# -- spec 8.4's outcomes in the default configuration -----------------------------------------
+
+
+def test_a_service_nowhere_delays_the_dialog_until_its_lifetime_ends(pair: Pair) -> None:
+    with pair.initiator.transaction() as tx:
+        handle = tx.begin_dialog(INITIATOR_SERVICE, "//Nowhere/Service", CONTRACT, lifetime=60)
+        tx.send(handle, REQUEST, b"<r/>")
+    assert pair.transmit() == 0
+    [held] = pair.initiator.catalog("sys.transmission_queue")
+    assert held["transmission_status"] == SERVICE_NOT_FOUND
+    with pair.initiator.transaction() as tx:
+        tx.run(_expire)
+    [error] = pair.initiator.queue_rows(INITIATOR_QUEUE)
+    assert broker.parse_error(error.message_body)[0] == -8489
+    with pair.initiator.transaction() as tx:
+        tx.end_conversation(handle)
+    assert pair.initiator.catalog("sys.transmission_queue") == []
+
+
+def test_a_tcp_route_for_one_service_leaves_the_others_local(pair: Pair) -> None:
+    pair.target.create_queue("OtherQueue")
+    pair.target.create_service("//TgtDB/Other", "OtherQueue", [CONTRACT])
+    pair.initiator.create_route("RemoteTarget", "TCP://remote.example:4022", service_name=TARGET_SERVICE)
+    pair.begin(b"<r>remote</r>")
+    with pair.initiator.transaction() as tx:
+        handle = tx.begin_dialog(INITIATOR_SERVICE, "//TgtDB/Other", CONTRACT)
+        tx.send(handle, REQUEST, b"<r>local</r>")
+    assert pair.transmit() == 1
+    assert bodies(pair.target, "OtherQueue") == [b"<r>local</r>"]
+    assert [r["message_body"] for r in pair.initiator.catalog("sys.transmission_queue")] == [b"<r>remote</r>"]
+
+
+def test_a_catch_all_tcp_route_serves_only_services_the_instance_lacks(pair: Pair) -> None:
+    pair.initiator.create_route("CatchAll", "TCP://gateway.example:4022")
+    pair.begin(b"<r>here</r>")
+    with pair.initiator.transaction() as tx:
+        handle = tx.begin_dialog(INITIATOR_SERVICE, "//Elsewhere/Service", CONTRACT)
+        tx.send(handle, REQUEST, b"<r>away</r>")
+    assert pair.transmit() == 1
+    assert bodies(pair.target, TARGET_QUEUE) == [b"<r>here</r>"]
+    [held] = pair.initiator.catalog("sys.transmission_queue")
+    assert held["message_body"] == b"<r>away</r>"
+    assert held["transmission_status"] == "The Service Broker protocol transport is disabled or not configured."
+
+
+def test_two_routed_databases_share_the_dialogs_and_each_dialog_sticks_to_one(pair: Pair) -> None:
+    pair.initiator.create_queue("SecondCopyQueue")
+    pair.initiator.create_service(TARGET_SERVICE, "SecondCopyQueue", [CONTRACT])  # the service twice
+    for name, db in (("ToTarget", pair.target), ("ToHere", pair.initiator)):
+        pair.initiator.create_route(name, "LOCAL", service_name=TARGET_SERVICE,
+                                    broker_instance=str(db.service_broker_guid))
+    handles = [pair.begin(f"<d>{n}</d>") for n in range(40)]
+    while pair.transmit():
+        pass
+    with pair.initiator.transaction() as tx:
+        for handle in handles:
+            tx.send(handle, REQUEST, b"<second/>")
+    while pair.transmit():
+        pass
+    where = {}
+    for db, queue in ((pair.target, TARGET_QUEUE), (pair.initiator, "SecondCopyQueue")):
+        for message in db.queue_rows(queue):
+            where.setdefault(message.conversation_handle, (db, []))[1].append(message.message_body)
+    assert len(where) == 40 and all(len(received) == 2 for _, received in where.values())
+    assert {db is pair.target for db, _ in where.values()} == {True, False}  # both got some (2**-39 odds)

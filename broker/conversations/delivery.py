@@ -144,8 +144,13 @@ def park(ctx: TxContext, receiver: Endpoint, queue: QueueInfo, sequence: int, me
     ))
 
 
-def retry_held(ctx: TxContext, handles: set[uuid.UUID] | None = None) -> None:
-    """Try again to deliver what waits in the transmission queue, in order per dialog."""
+def retry_held(ctx: TxContext, handles: set[uuid.UUID] | None = None, *, routed_here: bool = False) -> None:
+    """Try again to deliver what waits in the transmission queue, in order per dialog.
+
+    ``routed_here``: the transmitter has routed these dialogs to this database with the
+    whole instance in view; their first messages take that decision rather than routing
+    again (a route that balances load could choose differently).
+    """
     query = select(ep.transmissions).order_by(ep.transmissions.c.message_id)
     if handles is not None:
         query = query.where(ep.transmissions.c.conversation_handle.in_(handles))
@@ -156,7 +161,7 @@ def retry_held(ctx: TxContext, handles: set[uuid.UUID] | None = None) -> None:
         inbound = row.to_conversation_handle is not None
         if (inbound, row.conversation_handle) in blocked:
             continue
-        if not (_retry_system_message(ctx, row) if inbound else _retry_sequenced(ctx, row)):
+        if not (_retry_system_message(ctx, row) if inbound else _retry_sequenced(ctx, row, routed_here)):
             blocked.add((inbound, row.conversation_handle))
 
 
@@ -171,7 +176,7 @@ def _retry_system_message(ctx: TxContext, row: Row[Any]) -> bool:
     return True
 
 
-def _retry_sequenced(ctx: TxContext, row: Row[Any]) -> bool:
+def _retry_sequenced(ctx: TxContext, row: Row[Any], routed_here: bool) -> bool:
     sender = ep.find_endpoint(ctx, row.conversation_handle)
     if sender is None:
         ctx.conn.execute(delete(ep.transmissions).where(ep.transmissions.c.message_id == row.message_id))
@@ -181,7 +186,7 @@ def _retry_sequenced(ctx: TxContext, row: Row[Any]) -> bool:
     else:
         kind: Kind = "error" if row.is_conversation_error else "end" if row.is_end_of_dialog else "message"
         reason = _deliver(ctx, sender, Outgoing(row.message_sequence_number, row.message_type_id,
-                                                row.message_body, kind))
+                                                row.message_body, kind), routed_here)
     if reason is ELSEWHERE:
         return False  # the transmitter's to deliver
     if isinstance(reason, str):
@@ -199,14 +204,14 @@ def _retry_sequenced(ctx: TxContext, row: Row[Any]) -> bool:
     return True
 
 
-def _deliver(ctx: TxContext, sender: Endpoint, out: Outgoing) -> Outcome:
+def _deliver(ctx: TxContext, sender: Endpoint, out: Outgoing, routed_here: bool = False) -> Outcome:
     """Deliver one message; None when done (or discarded), ELSEWHERE when it is for
     another database, else why it must wait."""
     if not ctx.catalog.broker_enabled:
         return BROKER_DISABLED
     peer = ep.peer_of(ctx, sender)
     if peer is None:
-        return _deliver_without_peer(ctx, sender, out)
+        return _deliver_without_peer(ctx, sender, out, routed_here)
     if peer.state in ("DO", "CD"):
         if peer.state == "DO" and out.kind in ("end", "error"):
             # Both sides have ended: the far side drops what it still holds and closes.
@@ -223,7 +228,7 @@ def _deliver(ctx: TxContext, sender: Endpoint, out: Outgoing) -> Outcome:
     return None
 
 
-def _deliver_without_peer(ctx: TxContext, sender: Endpoint, out: Outgoing) -> Outcome:
+def _deliver_without_peer(ctx: TxContext, sender: Endpoint, out: Outgoing, routed_here: bool) -> Outcome:
     """A message whose far endpoint is not in this database (yet).
 
     The first message of a dialog is routed: routing here knows only this database, so
@@ -235,8 +240,8 @@ def _deliver_without_peer(ctx: TxContext, sender: Endpoint, out: Outgoing) -> Ou
     far = sender.far_broker_instance
     if not sender.is_initiator or (far is not None and out.sequence > 0):
         return None if far == own else ELSEWHERE  # a far side that was here has ended and gone
-    destination = route(catalog.routes, service_name=sender.far_service, broker_instance=far, origin=own,
-                        directory=OneDatabase(catalog), now=ctx.now())
+    destination = route(catalog.routes, service_name=sender.far_service, broker_instance=own if routed_here else far,
+                        origin=own, directory=OneDatabase(catalog), now=ctx.now())
     if destination == Local(own):
         return _deliver_first(ctx, sender, out)
     return destination.reason if isinstance(destination, Delayed) else ELSEWHERE

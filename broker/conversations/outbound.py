@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import case, delete, select, update
+from sqlalchemy import case, delete, or_, select, update
 
 from broker.conversations import endpoints as ep
 from broker.conversations.delivery import ERROR_RECEIVED, broker_error, retry_held
@@ -74,9 +74,17 @@ def due_messages(ctx: TxContext, limit: int) -> list[OutboundMessage]:
     """Outbound messages due for an attempt, in the order they go out: by message id,
     within each priority from the highest when HONOR_BROKER_PRIORITY is ON. Reads only."""
     order = (_t.c.priority.desc(), _t.c.message_id) if ctx.catalog.honor_broker_priority else (_t.c.message_id,)
+    now = ctx.now()
+    earlier = _t.alias("earlier")
+    # A message waits behind every earlier message of its dialog that is not due: a
+    # dialog is never reordered, whatever the back-off of each message.
+    waiting_before = select(earlier.c.message_id).where(
+        earlier.c.conversation_handle == _t.c.conversation_handle, earlier.c.to_conversation_handle.is_(None),
+        earlier.c.message_sequence_number < _t.c.message_sequence_number,
+        or_(earlier.c.next_attempt_time.is_(None), earlier.c.next_attempt_time > now))
     rows: Sequence[tuple[Any, ...]] = ctx.conn.execute(
         select(*_DUE_COLUMNS).join(_e, _e.c.conversation_handle == _t.c.conversation_handle)
-        .where(_t.c.to_conversation_handle.is_(None), _t.c.next_attempt_time <= ctx.now())
+        .where(_t.c.to_conversation_handle.is_(None), _t.c.next_attempt_time <= now, ~waiting_before.exists())
         .order_by(*order).limit(limit)
     ).all()
     return [OutboundMessage(*row) for row in rows]
@@ -136,7 +144,7 @@ def hold_for_the_application(ctx: TxContext, messages: Iterable[OutboundMessage]
 def deliver_here(ctx: TxContext, messages: Sequence[OutboundMessage]) -> int:
     """Messages routed to their own database: deliver them in this transaction, in order
     per dialog; the ones that still cannot go back off. How many left the queue."""
-    retry_held(ctx, {m.conversation_handle for m in messages})
+    retry_held(ctx, {m.conversation_handle for m in messages}, routed_here=True)
     remaining = set(ctx.conn.execute(
         select(_t.c.message_id).where(_t.c.message_id.in_([m.message_id for m in messages]))).scalars())
     still = [m for m in messages if m.message_id in remaining]

@@ -19,6 +19,7 @@ delivers nothing twice.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ from broker.conversations.outbound import (
     settle,
     wait,
 )
-from broker.routing.matching import Delayed, Local, route
+from broker.routing.matching import Delayed, Destination, Local, route
 from broker.storage.catalog import Catalog
 from broker.storage.context import TxContext
 from broker.storage.served import ServedDatabase
@@ -126,13 +127,16 @@ class Transmitter:
 def _plan(messages: list[OutboundMessage], origin: str, catalog: Catalog, directory: Databases) -> _Plan:
     plan = _Plan()
     now = datetime.now(UTC)
+    routed: dict[uuid.UUID, Destination] = {}  # one destination per dialog in a pass
     for message in messages:
         if message.state == "ER":
             plan.errored.append(message)
             continue
-        destination = route(catalog.routes, service_name=message.to_service,
-                            broker_instance=message.destination_instance, origin=origin, directory=directory,
-                            now=now)
+        destination = routed.get(message.conversation_handle)
+        if destination is None:
+            destination = routed[message.conversation_handle] = route(
+                catalog.routes, service_name=message.to_service, broker_instance=message.destination_instance,
+                origin=origin, directory=directory, now=now)
         if isinstance(destination, Delayed):
             plan.waiting[destination.reason].append(message)
         elif isinstance(destination, Local):

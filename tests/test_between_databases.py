@@ -452,3 +452,72 @@ def test_two_routed_databases_share_the_dialogs_and_each_dialog_sticks_to_one(pa
             where.setdefault(message.conversation_handle, (db, []))[1].append(message.message_body)
     assert len(where) == 40 and all(len(received) == 2 for _, received in where.values())
     assert {db is pair.target for db, _ in where.values()} == {True, False}  # both got some (2**-39 odds)
+
+
+# -- dynamic routing (spec 8.5) -----------------------------------------------------------------
+
+
+BROKER_CONFIGURATION = "SQL/ServiceBroker/BrokerConfiguration"
+NOTICE_CONTRACT = "http://schemas.microsoft.com/SQL/ServiceBroker/BrokerConfigurationNotice"
+MISSING_ROUTE_NS = "http://schemas.microsoft.com/SQL/ServiceBroker/BrokerConfigurationNotice/MissingRoute"
+
+
+def configuration_service(pair: Pair, answer: bool) -> list[str]:
+    """The application's BrokerConfiguration service, in the target's database: reads the
+    MissingRoute requests, creates a LOCAL route in the initiator's database for each
+    service (when ``answer``), and ends the request. The services asked for."""
+    from lxml import etree
+
+    asked = []
+    with pair.target.transaction() as tx:
+        for message in tx.receive("ConfigurationQueue"):
+            root = etree.fromstring(message.message_body)
+            service = root.findtext(f"{{{MISSING_ROUTE_NS}}}SERVICE_NAME")
+            asked.append(service)
+            if answer:
+                pair.initiator.create_route(f"To {service}", "LOCAL", service_name=service)
+                tx.end_conversation(message.conversation_handle)
+            else:
+                tx.end_conversation(message.conversation_handle, error=1, description="unknown service")
+    return asked
+
+
+def test_a_missing_route_is_asked_of_the_dynamic_routing_service_once_per_service(pair: Pair) -> None:
+    pair.target.create_queue("ConfigurationQueue")
+    pair.target.create_service(BROKER_CONFIGURATION, "ConfigurationQueue", [NOTICE_CONTRACT])
+    pair.initiator.create_route("Dynamic", "LOCAL", service_name=BROKER_CONFIGURATION)
+    first, second = pair.begin(b"<r>1</r>"), pair.begin(b"<r>2</r>")
+    pair.transmit()  # the requests go out
+    held = pair.initiator.catalog("sys.transmission_queue", to_service_name=TARGET_SERVICE)
+    assert [r["transmission_status"] for r in held] == [
+        "Classification has been delayed because the routing information is currently being updated."] * 2
+    third = pair.begin(b"<r>5</r>")  # while the request is pending
+    pair.transmit()  # the request reaches the configuration service's database
+    assert configuration_service(pair, answer=True) == [TARGET_SERVICE]  # one request for three dialogs
+    for _ in range(3):
+        pair.transmit()  # the EndDialog comes back, the request ends, routing runs again
+    assert sorted(bodies(pair.target, TARGET_QUEUE)) == [b"<r>1</r>", b"<r>2</r>", b"<r>5</r>"]
+    assert pair.initiator.catalog("sys.transmission_queue") == []
+    assert [e["far_service"] for e in pair.initiator.catalog("sys.conversation_endpoints")
+            if e["far_service"] == BROKER_CONFIGURATION] == []  # the request's dialog is over
+    with pair.initiator.transaction() as tx:
+        tx.send(first, REQUEST, b"<r>3</r>")
+        tx.send(third, REQUEST, b"<r>4</r>")
+    pair.transmit()
+    assert bodies(pair.target, TARGET_QUEUE)[3:] == [b"<r>3</r>", b"<r>4</r>"]
+    assert second != third
+
+
+def test_a_request_ended_with_an_error_leaves_the_dialog_delayed(pair: Pair) -> None:
+    pair.target.create_queue("ConfigurationQueue")
+    pair.target.create_service(BROKER_CONFIGURATION, "ConfigurationQueue", [NOTICE_CONTRACT])
+    pair.initiator.create_route("Dynamic", "LOCAL", service_name=BROKER_CONFIGURATION)
+    pair.begin()
+    pair.transmit()
+    pair.transmit()
+    assert configuration_service(pair, answer=False) == [TARGET_SERVICE]
+    for _ in range(3):
+        pair.transmit()
+    [held] = pair.initiator.catalog("sys.transmission_queue")
+    assert held["transmission_status"].startswith("Classification has been delayed")
+    assert pair.target.queue_rows(TARGET_QUEUE) == []

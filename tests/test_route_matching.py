@@ -164,3 +164,14 @@ def test_addresses_are_checked_and_kept_as_given() -> None:
                 "TCP://[nope]:1", "TCP://host:1/path"):
         assert parse_tcp(bad) is None, bad
     assert transport_address("TCP://h:1/svc") == TcpAddress("h", 1)
+
+
+def test_step_4_a_dynamic_routing_service_delays_the_conversation_before_the_catch_all() -> None:
+    from broker.routing.matching import BROKER_CONFIGURATION, ROUTE_REQUESTED
+
+    dynamic = r("dynamic", "LOCAL", BROKER_CONFIGURATION)
+    directory = Hosts(__svc=[HERE], SQL_ServiceBroker_BrokerConfiguration=[HERE])
+    assert go([AUTO_CREATED_LOCAL, dynamic], directory=directory) == Delayed(ROUTE_REQUESTED)
+    assert go([AUTO_CREATED_LOCAL, dynamic, r("named", "TCP://x:1", "//svc")], directory=directory) == \
+        Remote(TcpAddress("x", 1), None, "named")  # steps 1 to 3 come first
+    assert go([AUTO_CREATED_LOCAL, dynamic], service=BROKER_CONFIGURATION, directory=directory) == Local(HERE)

@@ -33,6 +33,9 @@ LOCAL_NOT_HOSTED = (  # 9796: the service's own route says LOCAL, but no databas
     "local SQL Server instance."
 )
 BROKER_NOT_FOUND = "Could not find the target broker in the local SQL Server instance."  # 9795
+ROUTE_REQUESTED = (  # 9797: waiting for the dynamic routing service (step 4)
+    "Classification has been delayed because the routing information is currently being updated."
+)
 # The dynamic routing service (spec 8.5): a route to it has this service name.
 BROKER_CONFIGURATION = "SQL/ServiceBroker/BrokerConfiguration"
 
@@ -114,7 +117,10 @@ def route(
         if instances:
             chosen = pick(instances)
             matches = [r for r in named if r.broker_instance == chosen]
-    if not matches:  # step 5 (step 4, dynamic routing, is the caller's)
+    if not matches and service_name != BROKER_CONFIGURATION and any(
+            r.service_name == BROKER_CONFIGURATION for r in live):
+        return Delayed(ROUTE_REQUESTED)  # step 4: the caller asks the dynamic routing service (spec 8.5)
+    if not matches:  # step 5
         matches = [r for r in live if r.service_name is None and r.broker_instance is None]
     if not matches:
         if instance is not None and instance in directory.hosts(service_name):

@@ -9,7 +9,8 @@ each with its database's routes and a directory of every database served
   settle the receipts in the sender's transaction (acknowledged ones leave the queue);
 * deliver the ones for their own database there (their target may have appeared);
 * leave the rest waiting with the reason: no route, no such service, the network
-  transport not configured, a dialog that received an error.
+  transport not configured, a dialog that received an error; a route that is missing
+  while a dynamic routing service is configured is asked for (``dynamic_routing``).
 
 A message is forgotten only after its destination's transaction committed, and the
 destination drops duplicates by sequence number, so a crash anywhere loses nothing and
@@ -38,7 +39,8 @@ from broker.conversations.outbound import (
     settle,
     wait,
 )
-from broker.routing.matching import Delayed, Destination, Local, route
+from broker.routing.matching import ROUTE_REQUESTED, Delayed, Destination, Local, route
+from broker.runtime.dynamic_routing import SYSTEM_QUEUE, request_routes, take_answers
 from broker.storage.catalog import Catalog
 from broker.storage.context import TxContext
 from broker.storage.served import ServedDatabase
@@ -95,6 +97,9 @@ class Transmitter:
 
     def _serve(self, origin: str, db: ServedDatabase, catalog: Catalog, directory: Databases,
                transport: Transport) -> int:
+        if catalog.queue_named(SYSTEM_QUEUE) is not None:
+            with db.transaction() as tx:
+                tx.run(take_answers)
         with db.transaction() as tx:
             messages = tx.run(lambda ctx: due_messages(ctx, self._batch))
         if not messages:
@@ -116,6 +121,7 @@ class Transmitter:
             for reason, waiting in plan.waiting.items():
                 wait(ctx, waiting, reason)
             hold_for_the_application(ctx, plan.errored)
+            request_routes(ctx, (m.to_service for m in plan.waiting.get(ROUTE_REQUESTED, ())))
             if plan.here:
                 moved += deliver_here(ctx, plan.here)
             return moved

@@ -4,17 +4,22 @@ Microsoft's tutorial "Completing a Conversation in a Single Database", with its 
 an initiator service sends a request, the target replies and ends the conversation,
 the initiator receives the reply and ends its side. Each step says what the catalog
 and the queues show afterwards. A second run first drops the objects of the first.
+``--between-databases`` plays the next tutorial instead (``cli.demo_between``).
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
+from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 import broker
+from cli.params import FilePath
 from cli.render import plural
-from cli.state import DEFAULT_URL, CliState, pass_state
+from cli.state import DEFAULT_URL, CliState
 
 REQUEST_TYPE = "//AWDB/1DBSample/RequestMessage"
 REPLY_TYPE = "//AWDB/1DBSample/ReplyMessage"
@@ -37,8 +42,18 @@ _DEMO_OBJECTS = (
 
 
 @click.command()
-@pass_state
-def demo(state: CliState) -> None:
+@click.option(
+    "--between-databases",
+    is_flag=True,
+    help='Play "Completing a Conversation Between Databases": two databases of one instance.',
+)
+@click.option(
+    "--folder",
+    type=FilePath(exists=True, file_okay=False, path_type=Path),
+    help="With --between-databases: where the SQLite files go (default: the --db file's folder).",
+)
+@click.pass_context
+def demo(ctx: click.Context, between_databases: bool, folder: Path | None) -> None:
     """Play the request/reply tutorial, step by step.
 
     Creates the tutorial's message types, contract, queues and services
@@ -46,11 +61,51 @@ def demo(state: CliState) -> None:
     showing the queues and sys.conversation_endpoints along the way. The objects
     stay afterwards for you to look at; running it again starts over.
 
+    --between-databases plays the tutorial "Completing a Conversation Between
+    Databases" instead (//BothDB/2DBSample/...): databases TargetDB and InitiatorDB in
+    one instance, SQLite files TargetDB.db, InitiatorDB.db and the instance catalog
+    instance.db in --folder (default: the folder of the --db file, or the current
+    one). The instance's runtime runs in this process and carries the request and the
+    reply between the two databases.
+
     \b
     Example:
       broker demo
       broker --db sqlite:///tutorial.db demo
+      broker demo --between-databases
+      broker demo --between-databases --folder /tmp/tutorial
     """
+    state: CliState = ctx.obj
+    if not between_databases:
+        if ctx.get_parameter_source("folder") is ParameterSource.COMMANDLINE:
+            raise click.UsageError("--folder goes with --between-databases")
+        single_database(state)
+        return
+    if state.on_instance:
+        raise click.UsageError(
+            "demo --between-databases makes an instance of its own (instance.db in --folder): leave out --instance"
+        )
+    from cli import demo_between
+
+    demo_between.play(folder if folder is not None else _folder_of(state.url))
+
+
+def _folder_of(url: str) -> Path:
+    """The folder of a SQLite ``--db`` file; the current folder for any other database."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        return Path()
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database.startswith("file:"):
+        return Path()
+    return Path(parsed.database).parent
+
+
+def single_database(state: CliState) -> None:
+    """The tutorial "Completing a Conversation in a Single Database" on the database."""
     db = state.db()
     shown_url = state.shown_url()
     click.echo(f'Tutorial "Completing a Conversation in a Single Database" on {shown_url}\n')
@@ -60,7 +115,11 @@ def demo(state: CliState) -> None:
     _target_replies_and_ends(db, conversation_id)
     _initiator_receives_and_ends(db, conversation_id)
 
-    same_db = "" if state.url == DEFAULT_URL else " (with the same --db or BROKER_URL)"
+    same_db = (
+        " (with the same --instance and --database)" if state.on_instance
+        else "" if state.url == DEFAULT_URL
+        else " (with the same --db or BROKER_URL)"
+    )
     click.echo(f"\nDone. The objects stay in place; look at them{same_db} with")
     for command in ("show services", "show endpoints", "status"):
         click.echo(f"  broker {command}")
@@ -70,30 +129,30 @@ def demo(state: CliState) -> None:
 def _enable_broker(db: broker.Broker) -> None:
     db.set_broker_enabled(True)
     enabled = db.catalog("sys.databases")[0]["is_broker_enabled"]
-    _say(1, f"Enabled Service Broker: sys.databases.is_broker_enabled = {int(enabled)}.")
-    if _drop_earlier_run(db):
-        _more("Dropped the objects an earlier run of the demo had left.")
+    say(1, f"Enabled Service Broker: sys.databases.is_broker_enabled = {int(enabled)}.")
+    if drop_earlier_run(db):
+        more("Dropped the objects an earlier run of the demo had left.")
 
 
 def _create_objects(db: broker.Broker) -> None:
     for name in (REQUEST_TYPE, REPLY_TYPE):
         db.create_message_type(name, validation="WELL_FORMED_XML")
-    _say(2, "Created two message types whose bodies must be well-formed XML:")
-    _more(f"{REQUEST_TYPE} and {REPLY_TYPE}.")
+    say(2, "Created two message types whose bodies must be well-formed XML:")
+    more(f"{REQUEST_TYPE} and {REPLY_TYPE}.")
 
     db.create_contract(CONTRACT, {REQUEST_TYPE: "INITIATOR", REPLY_TYPE: "TARGET"})
-    _say(3, f"Created contract {CONTRACT}:")
-    _more("the request is SENT BY INITIATOR, the reply SENT BY TARGET.")
+    say(3, f"Created contract {CONTRACT}:")
+    more("the request is SENT BY INITIATOR, the reply SENT BY TARGET.")
 
     db.create_queue(TARGET_QUEUE)
     db.create_service(TARGET_SERVICE, TARGET_QUEUE, contracts=[CONTRACT])
-    _say(4, f"Created queue {TARGET_QUEUE} and service {TARGET_SERVICE} on it,")
-    _more("the target of the contract.")
+    say(4, f"Created queue {TARGET_QUEUE} and service {TARGET_SERVICE} on it,")
+    more("the target of the contract.")
 
     db.create_queue(INITIATOR_QUEUE)
     db.create_service(INITIATOR_SERVICE, INITIATOR_QUEUE)
-    _say(5, f"Created queue {INITIATOR_QUEUE} and service {INITIATOR_SERVICE} on it")
-    _more("(no contract: it can only initiate).")
+    say(5, f"Created queue {INITIATOR_QUEUE} and service {INITIATOR_SERVICE} on it")
+    more("(no contract: it can only initiate).")
 
 
 def _initiator_sends_request(db: broker.Broker) -> uuid.UUID:
@@ -102,12 +161,12 @@ def _initiator_sends_request(db: broker.Broker) -> uuid.UUID:
         handle = tx.begin_dialog(INITIATOR_SERVICE, TARGET_SERVICE, CONTRACT, encryption=False)
         tx.send(handle, message_type=REQUEST_TYPE, body=REQUEST_BODY.encode())
     conversation_id = _conversation_id(db, handle)
-    _say(6, f"Began a dialog from {INITIATOR_SERVICE} to {TARGET_SERVICE}:")
-    _more(f"handle {handle}, conversation id {conversation_id}.")
-    _more(f"Sent the request and committed: {REQUEST_BODY}")
-    _show_queue(db, TARGET_QUEUE)
+    say(6, f"Began a dialog from {INITIATOR_SERVICE} to {TARGET_SERVICE}:")
+    more(f"handle {handle}, conversation id {conversation_id}.")
+    more(f"Sent the request and committed: {REQUEST_BODY}")
+    show_queue(db, TARGET_QUEUE)
     pending = plural(len(db.catalog("sys.transmission_queue")), "message")
-    _more(f"sys.transmission_queue holds {pending}: a local service gets its messages directly.")
+    more(f"sys.transmission_queue holds {pending}: a local service gets its messages directly.")
     _show_endpoints(db, conversation_id)
     return conversation_id
 
@@ -118,11 +177,11 @@ def _target_replies_and_ends(db: broker.Broker, conversation_id: uuid.UUID) -> N
         request = _receive_one(tx, TARGET_QUEUE, REQUEST_TYPE)
         tx.send(request.conversation_handle, message_type=REPLY_TYPE, body=REPLY_BODY.encode())
         tx.end_conversation(request.conversation_handle)
-    _say(7, f"The target received the request on its own handle {request.conversation_handle}:")
-    _more(_text(request.message_body))
-    _more("It sent the reply, ended its side of the conversation and committed.")
-    _show_queue(db, TARGET_QUEUE)
-    _show_queue(db, INITIATOR_QUEUE)
+    say(7, f"The target received the request on its own handle {request.conversation_handle}:")
+    more(text(request.message_body))
+    more("It sent the reply, ended its side of the conversation and committed.")
+    show_queue(db, TARGET_QUEUE)
+    show_queue(db, INITIATOR_QUEUE)
     _show_endpoints(db, conversation_id)
 
 
@@ -131,34 +190,42 @@ def _initiator_receives_and_ends(db: broker.Broker, conversation_id: uuid.UUID) 
     with db.transaction() as tx:
         reply = _receive_one(tx, INITIATOR_QUEUE, REPLY_TYPE)
         tx.end_conversation(reply.conversation_handle)
-    _say(8, f"The initiator received the reply on handle {reply.conversation_handle}:")
-    _more(_text(reply.message_body))
-    _more("It ended the conversation and committed; END CONVERSATION discarded the EndDialog.")
-    _show_queue(db, INITIATOR_QUEUE)
+    say(8, f"The initiator received the reply on handle {reply.conversation_handle}:")
+    more(text(reply.message_body))
+    more("It ended the conversation and committed; END CONVERSATION discarded the EndDialog.")
+    show_queue(db, INITIATOR_QUEUE)
     _show_endpoints(db, conversation_id)
 
 
-def _say(step: int, sentence: str) -> None:
+def say(step: int, sentence: str) -> None:
     click.echo(f"{step}. {sentence}")
 
 
-def _more(sentence: str) -> None:
+def more(sentence: str) -> None:
     click.echo(f"   {sentence}")
 
 
-def _text(body: bytes | None) -> str:
+def text(body: bytes | None) -> str:
     return (body or b"").decode("utf-8")
 
 
-def _drop_earlier_run(db: broker.Broker) -> bool:
-    dropped = False
-    for view, drop, names in _DEMO_OBJECTS:
-        present = {row["name"] for row in db.catalog(view)}
+def drop_earlier_run(
+    db: broker.Broker,
+    objects: tuple[tuple[str, str, tuple[str, ...]], ...] = _DEMO_OBJECTS,
+    cleanup: Callable[[], None] | None = None,
+) -> bool:
+    """Drop the ``objects`` (view, drop method, names) an earlier run left; True if any.
+    ``cleanup`` runs first when there is something to drop."""
+    present = {view: {row["name"] for row in db.catalog(view)} for view, _, _ in objects}
+    if not any(name in present[view] for view, _, names in objects for name in names):
+        return False
+    if cleanup is not None:
+        cleanup()
+    for view, drop, names in objects:
         for name in names:
-            if name in present:
+            if name in present[view]:
                 getattr(db, drop)(name)
-                dropped = True
-    return dropped
+    return True
 
 
 def _receive_one(tx: broker.Transaction, queue: str, expected_type: str) -> broker.Message:
@@ -179,12 +246,12 @@ def _conversation_id(db: broker.Broker, handle: uuid.UUID) -> uuid.UUID:
     return conversation_id
 
 
-def _show_queue(db: broker.Broker, queue: str) -> None:
+def show_queue(db: broker.Broker, queue: str) -> None:
     rows = db.queue_rows(queue)
-    _more(f"{queue} holds {plural(len(rows), 'message')}{':' if rows else '.'}")
+    more(f"{queue} holds {plural(len(rows), 'message')}{':' if rows else '.'}")
     for row in rows:
         ready = " = ready" if row.status == 1 else ""
-        _more(
+        more(
             f"  {row.message_type_name} (sequence {row.message_sequence_number}, "
             f"status {row.status}{ready}, validation {row.validation})"
         )
@@ -202,4 +269,4 @@ def _show_endpoints(db: broker.Broker, conversation_id: uuid.UUID) -> None:
         else f"{side} endpoint gone"
         for is_initiator, side in ((True, "initiator"), (False, "target"))
     ]
-    _more(f"sys.conversation_endpoints: {', '.join(states)}.")
+    more(f"sys.conversation_endpoints: {', '.join(states)}.")

@@ -15,8 +15,23 @@ from collections.abc import Sequence
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
-from cli import bulk, conversations, demo, failures, listen, objects, run, schema, show, spark_demo, status
+from cli import (
+    bulk,
+    conversations,
+    demo,
+    failures,
+    instances,
+    listen,
+    objects,
+    run,
+    schema,
+    show,
+    spark_demo,
+    status,
+)
+from cli.params import DATABASE
 from cli.state import DEFAULT_URL, CliState
 
 
@@ -52,6 +67,23 @@ class BrokerGroup(click.Group):
     help="Database URL (SQLAlchemy form); also read from BROKER_URL.",
 )
 @click.option(
+    "--instance",
+    "instance_url",
+    envvar="BROKER_INSTANCE",
+    metavar="URL",
+    help="Instance catalog URL, instead of --db: its databases, routes, run and status; "
+    "also read from BROKER_INSTANCE.",
+)
+@click.option(
+    "--database",
+    "database_name",
+    envvar="BROKER_DATABASE",
+    type=DATABASE,
+    metavar="NAME",
+    help="With --instance: the member database that the other commands work on; "
+    "also read from BROKER_DATABASE.",
+)
+@click.option(
     "--debug",
     is_flag=True,
     envvar="BROKER_DEBUG",
@@ -59,19 +91,57 @@ class BrokerGroup(click.Group):
 )
 @click.version_option(package_name="servicebroker")
 @click.pass_context
-def cli(ctx: click.Context, url: str, debug: bool) -> None:
+def cli(
+    ctx: click.Context, url: str, instance_url: str | None, database_name: str | None, debug: bool
+) -> None:
     """SQL Server Service Broker on SQLite or PostgreSQL.
+
+    --db names one database. --instance names an instance (several databases served
+    together): `database`, `run`, `status` and the route commands then act on the whole
+    instance, and --database NAME picks the member the other commands work on. Give
+    --db or --instance, not both (when one is on the command line and the other in the
+    environment, the command line wins).
 
     \b
     Start with the tutorial conversation:
       broker demo
+      broker demo --between-databases
     Then look around:
       broker status
       broker --db sqlite:///app.db show services
+      broker --instance sqlite:///instance.db status
+      broker --instance sqlite:///instance.db --database TargetDB show services
     """
     state = ctx.ensure_object(CliState)
     state.url, state.debug = url, debug
+    state.instance_url, state.database_name = _target(ctx, instance_url, database_name)
     ctx.call_on_close(state.close)
+
+
+_GIVEN = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+
+
+def _target(ctx: click.Context, instance_url: str | None, database_name: str | None) -> tuple[str | None, str | None]:
+    """The instance and member the command line means: (None, None) for ``--db``.
+
+    ``--db`` and ``--instance`` from the same place (both on the command line, or both
+    in the environment) is a usage error; from different places, the command line's wins.
+    ``--database`` goes with ``--instance`` only.
+    """
+    db_source = ctx.get_parameter_source("url")
+    instance_source = ctx.get_parameter_source("instance_url")
+    if instance_url is not None and db_source in _GIVEN:
+        if db_source == instance_source:
+            if db_source == ParameterSource.COMMANDLINE:
+                raise click.UsageError("give --db or --instance, not both")
+            raise click.UsageError("BROKER_URL and BROKER_INSTANCE are both set: unset one, or give --db or --instance")
+        if db_source == ParameterSource.COMMANDLINE:
+            instance_url = None  # --db on the command line over BROKER_INSTANCE
+    if instance_url is None:
+        if database_name is not None and ctx.get_parameter_source("database_name") == ParameterSource.COMMANDLINE:
+            raise click.UsageError("--database picks a member of an instance: give --instance URL too")
+        return None, None
+    return instance_url, database_name
 
 
 for _command in (
@@ -81,6 +151,7 @@ for _command in (
     *show.COMMANDS,
     *status.COMMANDS,
     *bulk.COMMANDS,
+    *instances.COMMANDS,
     *run.COMMANDS,
     *listen.COMMANDS,
     *spark_demo.COMMANDS,

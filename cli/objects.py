@@ -25,6 +25,12 @@ from cli.params import (
 )
 from cli.queues import alter_queue, create_queue
 from cli.render import F
+from cli.routes import (
+    alter_remote_service_binding,
+    alter_route,
+    create_remote_service_binding,
+    create_route,
+)
 from cli.state import CliState, pass_state
 
 VALIDATIONS = ("NONE", "EMPTY", "WELL_FORMED_XML", "VALID_XML")
@@ -35,13 +41,14 @@ DIRECTIONS = ("INITIATOR", "TARGET", "ANY")
 def create() -> None:
     """Create a broker object.
 
-    Message types, contracts, queues, services, XML schema collections and broker
-    priorities.
+    Message types, contracts, queues, services, XML schema collections, broker
+    priorities, routes and remote service bindings.
 
     \b
     Example:
       broker create queue TargetQueue1DB
       broker create service //AWDB/1DBSample/TargetService --queue TargetQueue1DB
+      broker create route ToTarget --service //TgtDB/2DBSample/TargetService --address LOCAL
     """
 
 
@@ -123,6 +130,8 @@ def _message_usages(messages: tuple[str, ...]) -> dict[str, str]:
 
 
 create.add_command(create_queue)
+create.add_command(create_route)
+create.add_command(create_remote_service_binding)
 
 
 @create.command("service")
@@ -242,10 +251,13 @@ def alter() -> None:
       broker alter priority UrgentOrders --level 9
       broker alter service //AWDB/1DBSample/TargetService --queue NewQueue
       broker alter database --new-broker
+      broker alter route ToTarget --address TCP://target.example:4022
     """
 
 
 alter.add_command(alter_queue)
+alter.add_command(alter_route)
+alter.add_command(alter_remote_service_binding)
 
 
 @alter.command("priority")
@@ -416,6 +428,8 @@ DROPPABLE = {
     "queue": "drop_queue",
     "service": "drop_service",
     "priority": "drop_broker_priority",
+    "route": "drop_route",
+    "remote-service-binding": "drop_remote_service_binding",
 }
 
 
@@ -424,16 +438,23 @@ DROPPABLE = {
 @click.argument("name", type=OBJECT)
 @pass_state
 def drop(state: CliState, kind: str, name: str) -> None:
-    """Drop a message type, contract, queue, service or broker priority.
+    """Drop a message type, contract, queue, service, broker priority, route or remote
+    service binding.
+
+    A route is the database's, or with --instance alone the instance's own.
 
     \b
     Example:
       broker drop service //AWDB/1DBSample/TargetService
       broker drop queue TargetQueue1DB
       broker drop priority UrgentOrders
+      broker drop route ToTarget
+      broker --instance sqlite:///instance.db drop route Inbound
     """
-    getattr(state.db(), DROPPABLE[kind])(name)
-    click.echo(f"dropped {kind.replace('-', ' ')} {name}")
+    owner = state.route_owner() if kind == "route" else state.db()
+    getattr(owner, DROPPABLE[kind])(name)
+    whose = " of the instance" if kind == "route" and state.on_instance_itself else ""
+    click.echo(f"dropped {kind.replace('-', ' ')} {name}{whose}")
 
 
 COMMANDS = (create, alter, drop)

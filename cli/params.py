@@ -109,15 +109,16 @@ class Name(click.ParamType):  # type: ignore[type-arg]  # generic only in newer 
 
 
 class Text(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
-    """Text every backend can store: no NUL, no lone surrogate."""
+    """Text every backend can store: no NUL, no lone surrogate; at most ``longest`` characters."""
 
     name = "text"
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, longest: int | None = None) -> None:
         self.what = what
+        self.longest = longest
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        return _gated(self, lambda: arguments.text(value, self.what), param, ctx)
+        return _gated(self, lambda: arguments.text(value, self.what, longest=self.longest), param, ctx)
 
 
 class Body(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
@@ -152,6 +153,19 @@ class Seconds(click.ParamType):  # type: ignore[type-arg]  # generic only in new
         if checked < self.minimum:
             self.fail(f"{value} is less than the least allowed, {self.minimum:g}", param, ctx)
         return checked
+
+
+class RouteLifetime(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
+    """A route's LIFETIME: whole seconds from 1 up to the largest ``int`` (the gate's 9746)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        number = click.INT.convert(value, param, ctx)
+        return _gated(self, lambda: arguments.route_lifetime(number), param, ctx)
+
+
+ROUTE_LIFETIME = RouteLifetime()
 
 
 class WaitTime(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
@@ -233,3 +247,13 @@ FAR_SERVICE = Name("service", longest=arguments.NVARCHAR_256)  # TO SERVICE: a s
 PRIORITY = Name("broker priority")
 SCHEMA_COLLECTION = Name("XML schema collection")
 OBJECT = Name("object")
+ROUTE = Name("route")
+REMOTE_SERVICE_BINDING = Name("remote service binding")
+USER = Name("user")
+DATABASE = Name("database")
+# CREATE ROUTE's clauses: BROKER_INSTANCE is nvarchar(128); the addresses are the DDL's
+# to check (9659 empty, 9660 too long, 9744 not LOCAL, TRANSPORT or TCP://host:port).
+BROKER_INSTANCE = Text("BROKER_INSTANCE", longest=SYSNAME)
+ADDRESS = Text("ADDRESS")
+MIRROR_ADDRESS = Text("MIRROR_ADDRESS")
+URL = Text("database URL")

@@ -95,6 +95,10 @@ LISTINGS: dict[str, tuple[str, tuple[str, ...]]] = {
             "mirror_address",
         ),
     ),
+    "remote-service-bindings": (
+        "sys.remote_service_bindings",
+        ("name", "remote_service_binding_id", "remote_service_name", "remote_principal_name", "is_anonymous_on"),
+    ),
 }
 
 
@@ -205,7 +209,9 @@ def show(state: CliState, listing: str, as_json: bool) -> None:
     sys.conversation_priorities (broker priorities), groups is sys.conversation_groups
     (with their service, queue and number of conversations), monitors is
     sys.dm_broker_queue_monitors (the activation state of each queue a running runtime
-    watches, with its readers counted in sys.dm_broker_activated_tasks).
+    watches, with its readers counted in sys.dm_broker_activated_tasks), routes is
+    sys.routes (with --instance alone: the instance's own routes),
+    remote-service-bindings is sys.remote_service_bindings.
 
     \b
     Example:
@@ -213,8 +219,12 @@ def show(state: CliState, listing: str, as_json: bool) -> None:
       broker show endpoints --json
       broker show transmission
       broker show monitors
+      broker --instance sqlite:///instance.db show routes
     """
     view, columns = LISTINGS[listing]
+    if listing == "routes":
+        emit(state.route_owner().catalog(view), columns, as_json=as_json)
+        return
     db = state.db()
     rows = db.catalog(view)
     if listing in _ADD:

@@ -1,5 +1,5 @@
-"""``broker status``: queues, transmission backlog, endpoints and timers on one screen;
-``--watch`` refreshes it."""
+"""``broker status``: queues, transmission backlog, endpoints and timers on one screen,
+for a database or for every database of an instance; ``--watch`` refreshes it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import itertools
 import json
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 # 2 not yet complete, 3 retained copy of a sent message).
 _STATUS_COLUMNS = {1: "ready", 0: "received", 2: "incomplete", 3: "sent_copies"}
 _QUEUE_COLUMNS = ("queue", "enabled", "ready", "received", "incomplete", "sent_copies", "total", "oldest_ready")
+_DESTINATION_COLUMNS = ("count", "to_service_name", "to_broker_instance", "transmission_status")
 
 # A line of text or a table: what one snapshot prints, on a terminal or down a pipe.
 Block = str | Listing
@@ -46,11 +47,13 @@ Block = str | Listing
 @json_option
 @click.pass_context
 def status(ctx: click.Context, watch: bool, interval: float, iterations: int | None, as_json: bool) -> None:
-    """Summarise the database on one screen.
+    """Summarise the database, or every database of an instance, on one screen.
 
     Queues with their messages by status and the age of the oldest ready message, the
-    transmission queue by reason (transmission_status), conversation endpoints by state,
-    and conversation timers (how many are set, how many are overdue, the next one).
+    transmission queue by destination (to_service_name, to_broker_instance) and reason
+    (transmission_status: why the messages wait), conversation endpoints by state, and
+    conversation timers (how many are set, how many are overdue, the next one). With
+    --instance (and no --database) the same for each member database.
 
     --watch redraws the screen in place on a terminal and prints one snapshot after
     another otherwise (one JSON object per line with --json).
@@ -60,19 +63,20 @@ def status(ctx: click.Context, watch: bool, interval: float, iterations: int | N
       broker status
       broker --db sqlite:///app.db status --json
       broker status --watch --interval 1
+      broker --instance sqlite:///instance.db status
     """
     if not watch and any(
         ctx.get_parameter_source(name) is not ParameterSource.DEFAULT for name in ("interval", "iterations")
     ):
         raise click.UsageError("--interval and --iterations go with --watch")
     state: CliState = ctx.obj
-    db = state.db()
+    snapshot, blocks_of = _snapshots(state)
     if not watch:
-        summary = _summary(state.shown_url(), db)
+        summary = snapshot()
         if as_json:
             click.echo(json.dumps(summary, indent=2, default=jsonable))
         else:
-            _print(_blocks(summary))
+            _print(blocks_of(summary))
         return
     console = None if as_json else terminal_console()
     try:
@@ -81,18 +85,32 @@ def status(ctx: click.Context, watch: bool, interval: float, iterations: int | N
 
             with Live(console=console, auto_refresh=False) as live:
                 for _ in _ticks(iterations, interval):
-                    live.update(_renderable(_blocks(_summary(state.shown_url(), db))), refresh=True)
+                    live.update(_renderable(blocks_of(snapshot())), refresh=True)
             return
         for number in _ticks(iterations, interval):
-            summary = _summary(state.shown_url(), db)
+            summary = snapshot()
             if as_json:
                 click.echo(json.dumps(summary, default=jsonable))
             else:
                 if number:
                     click.echo()
-                _print(_blocks(summary))
+                _print(blocks_of(summary))
     except KeyboardInterrupt:
         pass  # Ctrl-C ends watching: exit 0
+
+
+Summary = dict[str, Any]
+
+
+def _snapshots(state: CliState) -> tuple[Callable[[], Summary], Callable[[Summary], list[Block]]]:
+    """How to take a snapshot and how to print it: of one database, or of an instance."""
+    if state.on_instance_itself:
+        inst = state.instance()
+        shown_instance = state.shown_instance_url()
+        return (lambda: _instance_summary(shown_instance, inst)), _instance_blocks
+    db = state.db()
+    shown = state.shown_url()
+    return (lambda: _summary(shown, db)), _blocks
 
 
 def _ticks(iterations: int | None, interval: float) -> Iterator[int]:
@@ -123,6 +141,7 @@ def _summary(shown_url: str, db: broker.Broker) -> dict[str, Any]:
             }
         )
     backlog = db.transmission_backlog()
+    destinations = _backlog_by_destination(db)
     timers_set, timers_due, next_timer = db.timer_summary()
     return {
         "time": now,
@@ -137,13 +156,74 @@ def _summary(shown_url: str, db: broker.Broker) -> dict[str, Any]:
         "transmission_backlog": [
             {"transmission_status": reason, "count": count} for reason, count in backlog.items()
         ],
+        "transmission_destinations": destinations,
         "endpoints": [{"state": s, "state_desc": d, "count": n} for s, d, n in db.endpoint_states()],
         "timers": {"count": timers_set, "due": timers_due, "next_due": next_timer},
     }
 
 
-def _blocks(summary: dict[str, Any]) -> list[Block]:
-    """The snapshot as lines and tables, the same on a terminal and down a pipe."""
+def _backlog_by_destination(db: broker.Broker) -> list[dict[str, Any]]:
+    """The transmission queue counted by destination and reason, without reading bodies."""
+    view = '"sys.transmission_queue"' if db.engine.dialect.name == "sqlite" else "sys.transmission_queue"
+    with db.transaction() as tx:
+        rows = tx.query(
+            "SELECT to_service_name, to_broker_instance, transmission_status, COUNT(*) AS count "
+            f"FROM {view} GROUP BY to_service_name, to_broker_instance, transmission_status"
+        )
+    ordered = sorted(
+        rows, key=lambda r: (r["to_service_name"], r["to_broker_instance"] or "", r["transmission_status"])
+    )
+    return [
+        {
+            "to_service_name": row["to_service_name"],
+            "to_broker_instance": row["to_broker_instance"],
+            "transmission_status": row["transmission_status"],
+            "count": int(row["count"]),
+        }
+        for row in ordered
+    ]
+
+
+def _instance_summary(shown_url: str, inst: broker.Instance) -> dict[str, Any]:
+    """Every member's summary (each without its own time), under the instance's line."""
+    from broker.storage import schema as broker_schema
+
+    now = datetime.now(UTC)
+    members = []
+    for name, db in inst.databases.items():
+        summary = _summary(db.engine.url.render_as_string(hide_password=True), db)
+        del summary["time"]
+        members.append({"name": name, **summary})
+    return {
+        "time": now,
+        "instance": {
+            "url": shown_url,
+            "schema_revision": broker_schema.current_revision(inst.msdb.engine),
+            "databases": len(members),
+            "transmission_queue": sum(member["transmission_queue"] for member in members),
+        },
+        "databases": members,
+    }
+
+
+def _instance_blocks(summary: dict[str, Any]) -> list[Block]:
+    """An instance's snapshot: its line, then each member's blocks under the member's name."""
+    instance = summary["instance"]
+    now: datetime = summary["time"]
+    blocks: list[Block] = [
+        f"Instance {instance['url']} (schema {instance['schema_revision']}) at {now:%Y-%m-%d %H:%M:%S} UTC: "
+        f"{plural(instance['databases'], 'database')}, "
+        f"{plural(instance['transmission_queue'], 'message')} awaiting delivery"
+    ]
+    for member in summary["databases"]:
+        blocks.append("")
+        blocks.extend(_blocks({**member, "time": now}, member=member["name"]))
+    return blocks
+
+
+def _blocks(summary: dict[str, Any], member: str | None = None) -> list[Block]:
+    """The snapshot as lines and tables, the same on a terminal and down a pipe; for a
+    ``member`` of an instance, under its name."""
     database = summary["database"]
     now: datetime = summary["time"]
     queues = [
@@ -152,18 +232,27 @@ def _blocks(summary: dict[str, Any]) -> list[Block]:
     ]
     timers = summary["timers"]
     next_due = timers["next_due"]
+    title = "" if member is None else f"{member}: "
+    heading = (
+        f"Database {database['url']} (schema {database['schema_revision']}) at {now:%Y-%m-%d %H:%M:%S} UTC"
+        if member is None
+        else f"Database {member}, {database['url']} (schema {database['schema_revision']})"
+    )
     blocks: list[Block] = [
-        f"Database {database['url']} (schema {database['schema_revision']}) at "
-        f"{now:%Y-%m-%d %H:%M:%S} UTC: Service Broker "
+        f"{heading}: Service Broker "
         f"{'enabled' if database['is_broker_enabled'] else 'DISABLED'}, "
         f"broker instance {jsonable(database['service_broker_guid'])}",
-        Listing(queues, _QUEUE_COLUMNS, "Queues"),
-        Listing(summary["endpoints"], ("state", "state_desc", "count"), "Endpoints by state"),
+        Listing(queues, _QUEUE_COLUMNS, f"{title}Queues"),
+        Listing(summary["endpoints"], ("state", "state_desc", "count"), f"{title}Endpoints by state"),
         f"Transmission queue: {plural(summary['transmission_queue'], 'message')} awaiting delivery",
     ]
-    if summary["transmission_backlog"]:
+    if summary["transmission_destinations"]:
         blocks.append(
-            Listing(summary["transmission_backlog"], ("count", "transmission_status"), "Waiting, by reason")
+            Listing(
+                summary["transmission_destinations"],
+                _DESTINATION_COLUMNS,
+                f"{title}Waiting, by destination and reason",
+            )
         )
     blocks.append(
         f"Conversation timers: {timers['count']} set, {timers['due']} due"

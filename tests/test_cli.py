@@ -254,7 +254,10 @@ def test_drop_in_dependency_order(run: Run, services: None) -> None:
         "TargetQueue",
         "InitiatorQueue",
     }
-    run("drop", "route", "AutoCreatedLocal", expect=2)
+    assert run("drop", "route", "AutoCreatedLocal").stdout == "dropped route AutoCreatedLocal\n"
+    assert as_json(run("show", "routes", "--json")) == []
+    one_error_line(run("drop", "route", "AutoCreatedLocal", expect=1), 3701)
+    run("drop", "nothing", "X", expect=2)
 
 
 # -- conversations -------------------------------------------------------------------

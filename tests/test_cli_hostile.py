@@ -57,6 +57,7 @@ class World:
     url: str
     db: broker.Broker
     baseline: list[tuple[object, ...]]
+    instance_url: str  # an instance catalog (a SQLite file) for the --instance commands
 
     def intact(self) -> None:
         """The baseline queue holds exactly what was committed, and SQLite's file is sound."""
@@ -91,7 +92,7 @@ def world(db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
         tx.send(tx.begin_dialog(INITIATOR, TARGET), body=BASELINE_BODY)
     baseline = rows_of(db)
     assert [row[3] for row in baseline] == [BASELINE_BODY]
-    yield World(db_url, db, baseline)
+    yield World(db_url, db, baseline, f"sqlite:///{tmp_path / 'instance.db'}")
     db.dispose()
 
 
@@ -177,6 +178,23 @@ USAGE_ERRORS: list[tuple[str, ...]] = [
     ("spark-demo", "--orders", str(INT_MAX + 1)),
     ("nosuchcommand",),
     ("receive", SCRATCH_QUEUE, "--nosuch"),
+    ("create", "route", "R"),
+    ("create", "route", "", "--address", "LOCAL"),
+    ("create", "route", "R", "--address", "a\x00b"),
+    *(("create", "route", "R", "--address", "LOCAL", "--lifetime", lifetime)
+      for lifetime in ("0", "-1", str(INT_MAX + 1), "1.5", "99999999999999999999")),
+    ("create", "route", "R", "--address", "LOCAL", "--service", "//s", "--broker-instance", "g" * 129),
+    ("create", "route", "R", "--address", "LOCAL", "--service", "s" * (arguments.NVARCHAR_256 + 1)),
+    ("alter", "route", "AutoCreatedLocal"),
+    ("drop", "route", ""),
+    ("create", "remote-service-binding", "B", "--service", "//s", "--user", "U", "--anonymous", "maybe"),
+    ("create", "remote-service-binding", "B", "--service", "//s"),
+    ("create", "remote-service-binding", "B", "--service", "//s", "--user", "u" * (arguments.SYSNAME + 1)),
+    ("alter", "remote-service-binding", "B"),
+    ("database", "list"),
+    ("--database", "TargetDB", "status"),
+    ("demo", "--folder", "."),
+    ("demo", "--between-databases", "--folder", "no-such-folder"),
 ]
 
 
@@ -371,6 +389,7 @@ class Slot:
 
 
 VALUE = "\x00VALUE\x00"  # stands for the value drawn
+INSTANCE = "\x00INSTANCE\x00"  # stands for the world's instance catalog URL
 
 SLOTS = [
     Slot("--db", ("--db", VALUE, "status"), URLS),
@@ -415,6 +434,37 @@ SLOTS = [
     Slot("export --page-size", ("export", BASELINE_QUEUE, "-", "--page-size", VALUE)),
     Slot("import --batch", ("import", SCRATCH, "-", "--from", INITIATOR, "--batch", VALUE)),
     Slot("upgrade REVISION", ("upgrade", VALUE)),
+    Slot("--instance", ("--instance", VALUE, "status"), URLS),
+    Slot("--database", ("--instance", INSTANCE, "--database", VALUE, "show", "queues")),
+    Slot("database add NAME", ("--instance", INSTANCE, "database", "add", VALUE, "sqlite:///member.db")),
+    Slot("database add URL", ("--instance", INSTANCE, "database", "add", "Member", VALUE), URLS),
+    Slot("database remove NAME", ("--instance", INSTANCE, "database", "remove", VALUE)),
+    Slot("create route NAME", ("create", "route", VALUE, "--address", "LOCAL")),
+    Slot("create route --address", ("create", "route", "R", "--address", VALUE)),
+    Slot("create route --service", ("create", "route", "R", "--address", "LOCAL", "--service", VALUE)),
+    Slot("create route --broker-instance",
+         ("create", "route", "R", "--address", "LOCAL", "--service", "//s", "--broker-instance", VALUE)),
+    Slot("create route --lifetime", ("create", "route", "R", "--address", "LOCAL", "--lifetime", VALUE)),
+    Slot("create route --mirror-address",
+         ("create", "route", "R", "--address", "TCP://a:1", "--service", "//s", "--broker-instance", "G",
+          "--mirror-address", VALUE)),
+    Slot("alter route --address", ("alter", "route", "AutoCreatedLocal", "--address", VALUE)),
+    Slot("alter route --lifetime", ("alter", "route", "AutoCreatedLocal", "--lifetime", VALUE)),
+    Slot("drop route NAME", ("drop", "route", VALUE)),
+    Slot("--instance create route NAME", ("--instance", INSTANCE, "create", "route", VALUE, "--address", "LOCAL")),
+    Slot("--instance alter route --address", ("--instance", INSTANCE, "alter", "route", "AutoCreatedLocal",
+                                              "--address", VALUE)),
+    Slot("create remote-service-binding NAME",
+         ("create", "remote-service-binding", VALUE, "--service", "//s", "--user", "U")),
+    Slot("create remote-service-binding --service",
+         ("create", "remote-service-binding", "B", "--service", VALUE, "--user", "U")),
+    Slot("create remote-service-binding --user",
+         ("create", "remote-service-binding", "B", "--service", "//s", "--user", VALUE)),
+    Slot("create remote-service-binding --anonymous",
+         ("create", "remote-service-binding", "B", "--service", "//s", "--user", "U", "--anonymous", VALUE)),
+    Slot("alter remote-service-binding --user", ("alter", "remote-service-binding", "B", "--user", VALUE)),
+    Slot("drop remote-service-binding NAME", ("drop", "remote-service-binding", VALUE)),
+    Slot("demo --folder", ("demo", "--between-databases", "--folder", VALUE), FILE_NAMES),
 ]
 
 
@@ -434,8 +484,9 @@ def any_value_in(world: World, slot: Slot, examples: int) -> None:
     @settings(max_examples=examples, deadline=None, database=None)
     @given(value=slot.values)
     def one_value(value: str) -> None:
-        args = [value if arg == VALUE else arg for arg in slot.args]
-        well_behaved(CliRunner().invoke(cli, args if args[0] == "--db" else ["--db", world.url, *args]))
+        args = [value if arg == VALUE else world.instance_url if arg == INSTANCE else arg for arg in slot.args]
+        given_target = args[0] in ("--db", "--instance")
+        well_behaved(CliRunner().invoke(cli, args if given_target else ["--db", world.url, *args]))
         world.intact()
 
     one_value()

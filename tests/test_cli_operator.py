@@ -287,7 +287,12 @@ def test_status_shows_ages_backlog_and_timers(run: Run, services: None) -> None:
 
     text = run("status").stdout
     assert "Transmission queue: 2 messages awaiting delivery" in text
-    assert f"# Waiting, by reason\ncount\ttransmission_status\n2\t{SERVICE_NOT_FOUND}\n" in text
+    assert summary["transmission_destinations"] == [
+        {"to_service_name": "//test/Nowhere", "to_broker_instance": None,
+         "transmission_status": SERVICE_NOT_FOUND, "count": 2}
+    ]
+    assert ("# Waiting, by destination and reason\ncount\tto_service_name\tto_broker_instance\ttransmission_status\n"
+            f"2\t//test/Nowhere\t\t{SERVICE_NOT_FOUND}\n") in text
     assert text.splitlines()[2].endswith("\toldest_ready")
     assert "Conversation timers: 0 set, 0 due" in text
 

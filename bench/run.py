@@ -6,7 +6,9 @@
 
 Sections (``--sections``): throughput (broker, persist-queue, huey, litequeue, raw
 sqlite3), e2e (two processes), depth (RECEIVE cost by queue depth), latency (WAITFOR
-wake-up). A missed target is printed as MISS; it never makes the command fail.
+wake-up), between (two databases of one instance: delivery by the runtime against the
+batched SEND, commit-to-RECEIVE latency; ``bench/between_databases.py``). A missed
+target is printed as MISS; it never makes the command fail.
 See docs/benchmarks.md.
 """
 
@@ -30,11 +32,11 @@ if __package__ in (None, ""):  # run as a script: make ``bench`` importable
 
 from rich.console import Console
 
-from bench import e2e, latency, report, scenarios, throughput
+from bench import between_databases, e2e, latency, report, scenarios, throughput
 from bench.common import BODY_SIZE, scratch_dir
 from bench.peers import installed
 
-SECTIONS = ("throughput", "e2e", "depth", "latency")
+SECTIONS = ("throughput", "e2e", "depth", "latency", "between")
 PACKAGES = ("servicebroker", "sqlalchemy", "persist-queue", "huey", "litequeue")
 
 
@@ -51,6 +53,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--e2e-n", type=int, help="messages per end-to-end run (default 2000)")
     parser.add_argument("--depth-samples", type=int, help="timed RECEIVEs per depth (default 2000)")
     parser.add_argument("--latency-samples", type=int, help="wake-ups per latency figure (default 100)")
+    parser.add_argument("--between-n", type=int, help="messages per delivery between databases (default 10000)")
+    parser.add_argument("--between-samples", type=int,
+                        help="commit-to-RECEIVE samples per setup between databases (default 300)")
     parser.add_argument("--json", metavar="PATH", help="write every figure and sample as JSON")
     parser.add_argument("--markdown", metavar="PATH", help="write the tables as markdown ('-' for stdout)")
     parser.add_argument("--from-json", metavar="PATH", help="do not measure: render a saved --json file")
@@ -62,6 +67,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.e2e_n = args.e2e_n or (1000 if quick else 2000)
     args.depth_samples = args.depth_samples or (1000 if quick else 2000)
     args.latency_samples = args.latency_samples or (30 if quick else 100)
+    args.between_n = args.between_n or (2000 if quick else 10000)
+    args.between_samples = args.between_samples or (100 if quick else 300)
     args.depths = [int(d) for d in (args.depths or ("1000,10000,100000" if quick else
                                                     "1000,10000,100000,1000000")).split(",")]
     args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
@@ -70,6 +77,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"unknown section(s): {', '.join(sorted(unknown))}")
     if args.batch_n % throughput.BATCH:
         parser.error(f"--batch-n must be a multiple of {throughput.BATCH}")
+    if args.between_n % throughput.BATCH:
+        parser.error(f"--between-n must be a multiple of {throughput.BATCH}")
     return args
 
 
@@ -174,6 +183,11 @@ def run_latency(args: argparse.Namespace, results: dict[str, Any], log: Any) -> 
     results["latency"] = out
 
 
+def run_between(args: argparse.Namespace, results: dict[str, Any], log: Any) -> None:
+    results["between"] = between_databases.run(args.runs, args.between_n, between_databases.DIALOGS,
+                                               args.between_samples, log)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     console = Console() if sys.stdout.isatty() else Console(width=150)
@@ -185,20 +199,26 @@ def main(argv: list[str] | None = None) -> int:
         results = {"machine": machine(), "settings": {
             "runs": args.runs, "body_bytes": BODY_SIZE, "single_n": args.single_n, "batch_n": args.batch_n,
             "e2e_n": args.e2e_n, "depths": args.depths, "depth_samples": args.depth_samples,
-            "latency_samples": args.latency_samples, "sections": args.sections, "quick": args.quick}}
-        steps = {"throughput": run_throughput, "e2e": run_e2e, "depth": run_depth, "latency": run_latency}
+            "latency_samples": args.latency_samples, "between_n": args.between_n,
+            "between_samples": args.between_samples, "sections": args.sections, "quick": args.quick}}
+        steps = {"throughput": run_throughput, "e2e": run_e2e, "depth": run_depth, "latency": run_latency,
+                 "between": run_between}
         for section in args.sections:
             steps[section](args, results, status.log)
         results["elapsed_seconds"] = round(time.perf_counter() - started, 1)
         results["machine"]["load average at end (1/5/15 min)"] = " / ".join(f"{v:.2f}" for v in os.getloadavg())
         results["ratios"] = report.compute_ratios(results)
     report.print_rich(results, console)
+    if "between" in results:
+        between_databases.print_rich(results["between"], console)
     if "elapsed_seconds" in results:
         console.print(f"total time {results['elapsed_seconds']:.0f} s")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, default=str) + "\n")
     if args.markdown:
         text = report.markdown(results)
+        if "between" in results:
+            text += "\n" + between_databases.markdown(results["between"])
         if args.markdown == "-":
             sys.stdout.write(text)
         else:

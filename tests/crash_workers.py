@@ -74,7 +74,7 @@ def runtime(catalog_url: str) -> None:
 def sent_so_far(db: broker.Broker, handles: list[uuid.UUID]) -> int:
     """How many messages the producer has committed, from the endpoints' send sequences."""
     sequences = {row["conversation_handle"]: row["send_sequence"] for row in db.catalog("sys.conversation_endpoints")}
-    counts = [sequences[handle] for handle in handles]
+    counts = [int(sequences[handle]) for handle in handles]
     total = sum(counts)
     expected = [total // len(handles) + (1 if number < total % len(handles) else 0) for number in range(len(handles))]
     if counts != expected:

@@ -5,20 +5,23 @@ instance. The runtime is a separate process (``crash_workers.py runtime``), kill
 SIGKILL at random moments and started again, ``ROUNDS`` times; a producer process sends
 at the same time and is killed too, now and then. Each round the test allows the
 producer another 1/ROUNDS of the messages, so sends and deliveries overlap in every
-round. Most kills fall at a random moment after the runtime said it runs (its
-transmitter's passes), every ``STARTUP_EVERY``-th during its start-up.
+round. Every ``STARTUP_EVERY``-th kill falls during the runtime's start-up; the others
+fall, in even rounds, at a random moment after it said it runs (its transmitter's
+passes) and, in odd rounds, a random few milliseconds after the test saw a delivery
+commit in B, where A may not have settled the acknowledgement yet.
 
 After each kill the test looks at both databases with the runtime dead: a message still
 held in A's transmission queue that B has already received (its sequence number is
 behind B's endpoint) shows that the kill fell between B's commit and A's settling of the
 acknowledgement, the window that makes the resend a duplicate. At the end a runtime runs
-until both transmission queues are empty and B's queue holds every message; then every
+until both transmission queues are empty and B's queue holds every message. Then every
 message must be there exactly once, ready, in order per dialog (queuing order and
-sequence numbers, checked against the bodies), RECEIVE must return them in order, and
-every SQLite file must pass ``PRAGMA integrity_check``. Nor may anything fail because the
-runtime and the producer ran at the same time: the producer sends a transaction chosen
-as a deadlock victim again (so that the checks above still run) and the test fails on
-any such victim, and on any transmitter pass that failed, at the very end.
+sequence numbers, checked against the bodies); RECEIVE must return them in order; no
+endpoint may still count a message as held; every SQLite file must pass ``PRAGMA
+integrity_check``. Nor may anything fail because the runtime and the producer ran at the
+same time: the producer sends a transaction chosen as a deadlock victim again (so that
+the checks above still run), and the test fails on any such victim, and on any
+transmitter pass that failed, at the very end.
 
     pytest -m slow tests/test_crash_between_databases.py [-s for the round summary]
 
@@ -40,7 +43,8 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import closing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -53,6 +57,7 @@ from crash_workers import (
     UNCONVERTED,
     parse_body,
 )
+from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 from support import wait_until
 
@@ -65,6 +70,7 @@ MESSAGES = CONVERSATIONS * PER_CONVERSATION
 ROUNDS = 60                   # runtime kills; every STARTUP_EVERY-th one during start-up
 STARTUP_EVERY = 6
 KILL_AFTER_START_S = (0.0, 0.4)
+KILL_AFTER_COMMIT_S = (0.0, 0.01)  # after the test saw a delivery commit in B
 STARTUP_KILL_S = (0.0, 0.4)   # from spawn; the runtime takes about 0.4 s to start on SQLite
 PRODUCER_KILL_CHANCE = 0.3
 START_DEADLINE_S = 60.0
@@ -78,11 +84,11 @@ class Observed:
 
     runtime_kills: int = 0
     startup_kills: int = 0
+    after_commit_kills: int = 0
     producer_kills: int = 0
     unsettled_kills: int = 0          # kills after B committed messages A had not yet settled
     unsettled_messages: int = 0
     most_held_out_of_order: int = 0   # B's status-2 rows seen after a kill
-    rounds: list[str] = field(default_factory=list)
 
 
 class Worker:
@@ -134,6 +140,27 @@ def held_after_delivery(a: broker.Broker, b: broker.Broker) -> int:
                if row["message_sequence_number"] < expected_next.get(conversation_of[row["conversation_handle"]], 0))
 
 
+def received_in_b(observer: Engine) -> int:
+    """Messages B's endpoints have taken in order so far (it grows with each delivery commit)."""
+    with observer.connect() as conn:
+        return int(conn.execute(text("SELECT coalesce(sum(receive_sequence), 0) FROM sb_conversation_endpoints"))
+                   .scalar_one())
+
+
+def received_beyond(observer: Engine, count: int) -> bool:
+    return received_in_b(observer) > count
+
+
+def held_counts(url: str) -> set[int]:
+    """The distinct ``held_messages`` counters of a database's endpoints (not in the views)."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return set(conn.execute(text("SELECT held_messages FROM sb_conversation_endpoints")).scalars())
+    finally:
+        engine.dispose()
+
+
 def sqlite_files(urls: tuple[str, ...]) -> list[str]:
     return [str(make_url(url).database) for url in urls if url.startswith("sqlite")]
 
@@ -159,7 +186,7 @@ def test_kill_9_the_runtime_while_it_delivers_loses_and_repeats_nothing(
         instance: tuple[broker.Instance, broker.Broker, broker.Broker], instance_urls: tuple[str, str, str],
         tmp_path: Path) -> None:
     inst, a, b = instance
-    catalog_url, a_url, _ = instance_urls
+    catalog_url, a_url, b_url = instance_urls
     seed = int(os.environ.get("CRASH_SEED", random.randrange(2**32)))
     rng = random.Random(seed)
     with a.transaction() as tx:
@@ -177,8 +204,10 @@ def test_kill_9_the_runtime_while_it_delivers_loses_and_repeats_nothing(
 
     producer = start_producer(0)
     runtime: Worker | None = None
+    observer = create_engine(b_url)  # a plain engine: its reads take no lock on SQLite
     try:
         for number in range(ROUNDS):
+            before = received_in_b(observer)
             runtime = Worker(runtime_log, "runtime", catalog_url)
             allowed = MESSAGES * (number + 1) // ROUNDS
             producer.allow(allowed)
@@ -187,7 +216,12 @@ def test_kill_9_the_runtime_while_it_delivers_loses_and_repeats_nothing(
                 observed.startup_kills += 1
             else:
                 assert runtime.line(START_DEADLINE_S) == "started"
-                time.sleep(rng.uniform(*KILL_AFTER_START_S))
+                if number % 2:
+                    wait_until(partial(received_beyond, observer, before), timeout=DRAIN_DEADLINE_S, interval=0.001)
+                    time.sleep(rng.uniform(*KILL_AFTER_COMMIT_S))
+                    observed.after_commit_kills += 1
+                else:
+                    time.sleep(rng.uniform(*KILL_AFTER_START_S))
             runtime.kill()
             observed.runtime_kills += 1
             if producer.process.poll() is None and rng.random() < PRODUCER_KILL_CHANCE:
@@ -200,7 +234,6 @@ def test_kill_9_the_runtime_while_it_delivers_loses_and_repeats_nothing(
             observed.unsettled_kills += unsettled > 0
             observed.unsettled_messages += unsettled
             observed.most_held_out_of_order = max(observed.most_held_out_of_order, held)
-            observed.rounds.append(f"round {number}: {unsettled} unsettled, {held} held out of order")
 
         runtime = Worker(runtime_log, "runtime", catalog_url)
         assert runtime.line(START_DEADLINE_S) == "started"
@@ -213,6 +246,7 @@ def test_kill_9_the_runtime_while_it_delivers_loses_and_repeats_nothing(
         assert runtime.line(START_DEADLINE_S) == "stopped"
         assert runtime.process.wait(START_DEADLINE_S) == 0, runtime.tail()
     finally:
+        observer.dispose()
         for worker in (producer, runtime):
             if worker is not None:
                 worker.kill()
@@ -220,7 +254,8 @@ def test_kill_9_the_runtime_while_it_delivers_loses_and_repeats_nothing(
     deadlocked_sends = producer_log.read_text().count(DEADLOCK_VICTIM)
     unconverted = producer_log.read_text().count(UNCONVERTED)
     failed_passes = runtime_log.read_text().count(FAILED_PASS)
-    print(f"\nseed {seed}: {observed.runtime_kills} runtime kills ({observed.startup_kills} in start-up), "
+    print(f"\nseed {seed}: {observed.runtime_kills} runtime kills ({observed.startup_kills} in start-up, "
+          f"{observed.after_commit_kills} just after a delivery commit in B), "
           f"{observed.producer_kills} producer kills, {observed.unsettled_kills} kills between B's commit "
           f"and A's settling ({observed.unsettled_messages} messages resent), at most "
           f"{observed.most_held_out_of_order} held out of order, {deadlocked_sends} SEND transactions "
@@ -249,6 +284,7 @@ def test_kill_9_the_runtime_while_it_delivers_loses_and_repeats_nothing(
     initiators = a.catalog("sys.conversation_endpoints")
     assert {(i["state"], i["send_sequence"], i["far_broker_instance"]) for i in initiators} == \
         {("CO", PER_CONVERSATION, str(b.service_broker_guid))}, context
+    assert held_counts(a_url) == {0}, f"A's endpoints still count messages as held: {context}"
 
     taken: dict[uuid.UUID, list[int]] = defaultdict(list)
     while True:

@@ -166,10 +166,12 @@ def test_a_message_ahead_of_a_gap_waits_with_status_2_until_the_gap_fills(pair: 
     assert apply(pair.target, [third, second]) == [True, True]  # 0 is missing
     assert [(m.status, m.message_sequence_number) for m in pair.target.queue_rows(TARGET_QUEUE)] == [(2, 2), (2, 1)]
     assert pair.endpoint(pair.target)["state"] == "SI"
+    assert pair.endpoint(pair.target)["last_out_of_order_sequence"] == 2
     with pair.target.transaction() as tx:
         assert tx.receive(TARGET_QUEUE) == []  # status 2 is never received
     assert apply(pair.target, [first]) == [True]
     assert pair.endpoint(pair.target)["state"] == "CO"
+    assert pair.endpoint(pair.target)["last_out_of_order_sequence"] is None
     with pair.target.transaction() as tx:
         assert [m.message_body for m in tx.receive(TARGET_QUEUE)] == [b"<m>0</m>", b"<m>1</m>", b"<m>2</m>"]
 

@@ -80,6 +80,8 @@ def test_wheel_ships_the_migrations_and_creates_a_database(tmp_path: Path) -> No
     assert "broker/_alembic/env.py" in names
     assert "broker/_migrations/0001_catalog.py" in names
     assert "broker/spark/conf/log4j2.properties" in names
+    packages = {str(p.parent.relative_to(REPO)) for p in (REPO / "broker").rglob("__init__.py")}
+    assert packages <= {name.rsplit("/", 1)[0] for name in names}  # every package is in the wheel
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     script = (

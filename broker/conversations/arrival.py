@@ -118,13 +118,17 @@ def _arrive_at(ctx: TxContext, receiver: Endpoint, frame: MessageFrame) -> Recei
             return Receipt(frame.message_id, False, queue_disabled(queue.name))
         if not _held_ahead(ctx, receiver, queue.table_name, frame.sequence):
             enqueue(ctx, receiver, queue, frame.sequence, type_id, frame.body, status=INCOMPLETE)
+            if (receiver.last_out_of_order_sequence or -1) < frame.sequence:
+                receiver.last_out_of_order_sequence = frame.sequence
+                ep.set_endpoint(ctx, receiver.conversation_handle, last_out_of_order_sequence=frame.sequence)
         return acknowledged
     if queue.enqueue_enabled:
         enqueue(ctx, receiver, queue, frame.sequence, type_id, frame.body)
     else:
         park(ctx, receiver, queue, frame.sequence, type_id, frame.body)
     after_arrival(ctx, receiver, frame.sequence, frame.kind)
-    _release_held_ahead(ctx, receiver, queue.table_name)
+    if receiver.last_out_of_order_sequence is not None:
+        _release_held_ahead(ctx, receiver, queue.table_name)
     return acknowledged
 
 
@@ -168,6 +172,10 @@ def _release_held_ahead(ctx: TxContext, receiver: Endpoint, table_name: str) -> 
             table.c.conversation_handle == receiver.conversation_handle, table.c.status == INCOMPLETE,
             table.c.message_sequence_number == receiver.receive_sequence)).first()
         if row is None:
+            last = receiver.last_out_of_order_sequence
+            if last is not None and last < receiver.receive_sequence:  # no gap is left
+                receiver.last_out_of_order_sequence = None
+                ep.set_endpoint(ctx, receiver.conversation_handle, last_out_of_order_sequence=None)
             return
         ctx.conn.execute(update(table).where(table.c.queuing_order == row.queuing_order).values(status=1))
         kind: Kind = "end" if row.message_type_id == END_DIALOG_ID else \

@@ -19,7 +19,7 @@ import uuid
 from datetime import timedelta
 from typing import Any, NamedTuple
 
-from sqlalchemy import Row, delete, insert, select, update
+from sqlalchemy import Row, bindparam, delete, insert, select, update
 
 from broker.conversations import endpoints as ep
 from broker.conversations.frames import Kind
@@ -37,6 +37,7 @@ from broker.storage.catalog import QueueInfo
 from broker.storage.context import TxContext
 from broker.storage.queue_tables import RANK_DIALOG_TIMER, RANK_ERROR, RANK_SEQUENCED, queue_statements
 from broker.storage.rows import Endpoint
+from broker.storage.statements import Prepared
 from broker.storage.waiting import TRANSMISSION_QUEUE
 
 # When a held message is first retried in the background (the scheduler backs off from here).
@@ -52,6 +53,12 @@ ERROR_RECEIVED = (
 
 def queue_disabled(name: str) -> str:
     return f'The service queue "{name}" is currently disabled.'
+
+
+# A held message: every column of the transmission queue but the id the database assigns.
+_HELD_COLUMNS = tuple(c.name for c in ep.transmissions.columns if c.name != "message_id")
+_HOLD = Prepared(insert(ep.transmissions).values({name: bindparam(name) for name in _HELD_COLUMNS}),
+                 positional=_HELD_COLUMNS)
 
 
 class _Elsewhere:
@@ -315,19 +322,21 @@ def _reject_invalid_body(ctx: TxContext, sender: Endpoint, receiver: Endpoint | 
 
 
 def _hold(ctx: TxContext, sender: Endpoint, out: Outgoing, reason: str) -> None:
-    catalog = ctx.catalog
-    ctx.conn.execute(insert(ep.transmissions).values(
-        conversation_handle=sender.conversation_handle, to_conversation_handle=None,
-        to_service_name=sender.far_service, to_broker_instance=sender.far_broker_instance,
-        from_service_name=catalog.services[sender.service_id].name,
-        service_contract_id=sender.service_contract_id, enqueue_time=ctx.now(),
-        message_sequence_number=out.sequence, message_type_id=out.message_type_id,
-        is_conversation_error=out.kind == "error", is_end_of_dialog=out.kind == "end",
-        message_body=out.body, transmission_status=reason, priority=sender.priority,
-        next_attempt_time=ctx.now(), attempts=0,  # the transmitter's to try at once
+    """Hold a message in the transmission queue, behind the dialog's other held ones.
+
+    Written behind like a queue insert (``broker.storage.pending``): a dialog to another
+    database holds every message it sends, so this is SEND's path there.
+    """
+    now = ctx.now()
+    _HOLD.defer(ctx.kept, (
+        sender.conversation_handle, None, sender.far_service, sender.far_broker_instance,
+        ctx.catalog.services[sender.service_id].name, sender.service_contract_id, now, out.sequence,
+        out.message_type_id, out.kind == "error", out.kind == "end", out.body, reason, sender.priority,
+        now, 0,  # due at once: the transmitter's to try
     ))
-    ep.set_endpoint(ctx, sender.conversation_handle, held_messages=ep.endpoints.c.held_messages + 1,
-                    transmission_status=reason)
+    sender.held_messages += 1
+    sender.transmission_status = reason
+    ctx.kept.changed(sender)
     if TRANSMISSION_QUEUE not in ctx.touched_queues:
         ctx.touched_queues.add(TRANSMISSION_QUEUE)
         ctx.state.backend.enqueued(ctx.conn, TRANSMISSION_QUEUE)  # wakes the transmitter at commit

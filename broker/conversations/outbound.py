@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import case, delete, or_, select, update
+from sqlalchemy import bindparam, case, delete, func, or_, select, update
 
 from broker.conversations import endpoints as ep
 from broker.conversations.delivery import ERROR_RECEIVED, broker_error, retry_held
@@ -26,6 +26,7 @@ from broker.conversations.frames import Delivery, Kind, MessageFrame
 from broker.conversations.scheduler import retry_delay
 from broker.storage.catalog import Catalog
 from broker.storage.context import TxContext
+from broker.storage.statements import Prepared
 
 _t, _e = ep.transmissions, ep.endpoints
 _DUE_COLUMNS = (
@@ -34,7 +35,7 @@ _DUE_COLUMNS = (
     _t.c.is_conversation_error, _t.c.is_end_of_dialog, _t.c.message_body, _t.c.attempts,
     _e.c.conversation_id, _e.c.is_initiator, _e.c.lifetime, _e.c.state, _e.c.far_broker_instance,
 )
-DELETE_CHUNK = 500  # message ids per DELETE ... IN (...)
+DELETE_CHUNK = 250  # message ids per DELETE ... IN (...), repeated to fill the last
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +89,12 @@ def due_messages(ctx: TxContext, limit: int) -> list[OutboundMessage]:
         .order_by(*order).limit(limit)
     ).all()
     return [OutboundMessage(*row) for row in rows]
+
+
+def next_due(ctx: TxContext) -> datetime | None:
+    """The earliest moment an outbound message waiting here is due again (None: none)."""
+    moment: datetime | None = _NEXT_DUE.scalar(ctx.conn)
+    return moment
 
 
 def frame_of(catalog: Catalog, message: OutboundMessage, destination: str) -> MessageFrame:
@@ -162,12 +169,20 @@ def _forget(ctx: TxContext, message_ids: list[int], far_broker: str) -> set[int]
     gone: dict[int, uuid.UUID] = {}
     for start in range(0, len(message_ids), DELETE_CHUNK):
         chunk = message_ids[start:start + DELETE_CHUNK]
-        deleted = ctx.conn.execute(
-            delete(_t).where(_t.c.message_id.in_(chunk)).returning(_t.c.message_id, _t.c.conversation_handle))
-        gone.update((message_id, handle) for message_id, handle in deleted)
-    for handle, count in Counter(gone.values()).items():
-        left = _e.c.held_messages - count
-        ctx.conn.execute(update(_e).where(_e.c.conversation_handle == handle).values(
-            held_messages=left, far_broker_instance=far_broker,
-            transmission_status=case((left == 0, ""), else_=_e.c.transmission_status)))
+        chunk += chunk[-1:] * (DELETE_CHUNK - len(chunk))  # one statement of a fixed size, prepared once
+        gone.update(_DELETE_ACKNOWLEDGED.all(ctx.conn, **{f"p_{n}": m for n, m in enumerate(chunk)}))
+    _SETTLE_ENDPOINT.run_many(ctx.conn, [
+        {"p_handle": handle, "p_count": count, "p_far": far_broker} for handle, count in Counter(gone.values()).items()
+    ])
     return set(gone)
+
+
+_NEXT_DUE = Prepared(select(func.min(_t.c.next_attempt_time)).where(_t.c.to_conversation_handle.is_(None)))
+_DELETE_ACKNOWLEDGED = Prepared(
+    delete(_t).where(_t.c.message_id.in_([bindparam(f"p_{n}") for n in range(DELETE_CHUNK)]))
+    .returning(_t.c.message_id, _t.c.conversation_handle))
+_SETTLE_ENDPOINT = Prepared(
+    update(_e).where(_e.c.conversation_handle == bindparam("p_handle")).values(
+        held_messages=_e.c.held_messages - bindparam("p_count"), far_broker_instance=bindparam("p_far"),
+        transmission_status=case((_e.c.held_messages - bindparam("p_count") == 0, ""),
+                                 else_=_e.c.transmission_status)))

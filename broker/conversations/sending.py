@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Iterable
 
 from broker.conversations import endpoints as ep
-from broker.conversations.delivery import Outgoing, enqueue, retry_held, transmit
+from broker.conversations.delivery import Outgoing, enqueue, transmit
 from broker.errors import REPEATED_HANDLE, BrokerError, InvalidArgumentError
 from broker.storage.catalog import QueueInfo
 from broker.storage.context import TxContext
@@ -31,10 +31,8 @@ def send(ctx: TxContext, handles: object, message_type: str, payload: bytes | No
         _check_contract(ctx, sender, message_type_info.id, message_type)
         own_queues.append(_checked_own_queue(ctx, sender))
     for sender, own_queue in zip(senders, own_queues, strict=True):
-        if sender.held_messages:
-            # The cause may be gone (another process fixed it): let the queue drain first.
-            retry_held(ctx, {sender.conversation_handle})
-            sender = ep.get_endpoint(ctx, sender.conversation_handle)
+        # A dialog with held messages holds this one behind them (``transmit``): the
+        # transmitter retries them, and DDL that removes a cause retries them at once.
         sequence = sender.send_sequence
         ep.advance_send(ctx, sender, "CO" if sender.state == "SO" else sender.state)
         transmit(ctx, sender, Outgoing(sequence, message_type_info.id, payload, "message"))

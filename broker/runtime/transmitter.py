@@ -26,9 +26,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from sqlalchemy import func, select
-
-from broker.conversations import endpoints as ep
 from broker.conversations.frames import Delivery
 from broker.conversations.outbound import (
     OutboundMessage,
@@ -36,6 +33,7 @@ from broker.conversations.outbound import (
     due_messages,
     frame_of,
     hold_for_the_application,
+    next_due,
     settle,
     wait,
 )
@@ -49,7 +47,7 @@ from broker.transport.seam import Transport, TransportError
 
 log = logging.getLogger("broker.runtime")
 
-BATCH = 500  # messages read from one transmission queue per pass
+BATCH = 1000  # messages read from one transmission queue per pass
 # The network transport between instances is the next milestone: until it exists, a
 # message routed to a TCP address waits with SQL Server's text for that case (9666).
 NO_NETWORK_TRANSPORT = "The Service Broker protocol transport is disabled or not configured."
@@ -63,6 +61,16 @@ class Databases:
 
     def hosts(self, service_name: str) -> Sequence[str]:
         return tuple(guid for guid, catalog in self._catalogs.items() if service_name in catalog.services_by_name)
+
+
+@dataclass(slots=True)
+class _Look:
+    """What one pass saw of one database."""
+
+    db: ServedDatabase
+    catalog: Catalog
+    messages: list[OutboundMessage]
+    next_due: datetime | None
 
 
 @dataclass(slots=True)
@@ -85,26 +93,35 @@ class Transmitter:
     def run_pass(self) -> tuple[int, datetime | None]:
         """One pass over every database: (messages that left a transmission queue, the
         earliest moment a waiting message is due again, or None)."""
-        served = {str(catalog.broker_guid): (db, catalog)
-                  for db in self._databases() for catalog in [_catalog_of(db)] if catalog.broker_enabled}
-        directory = Databases({guid: catalog for guid, (_, catalog) in served.items()})
-        local = InProcessTransport({guid: db for guid, (db, _) in served.items()})
+        looks = [self._look(db) for db in self._databases()]
+        served = {str(look.catalog.broker_guid): look for look in looks if look.catalog.broker_enabled}
+        directory = Databases({guid: look.catalog for guid, look in served.items()})
+        local = InProcessTransport({guid: look.db for guid, look in served.items()})
         moved = 0
-        for guid, (db, catalog) in served.items():
-            moved += self._serve(guid, db, catalog, directory, local)
-        due = [moment for db, _ in served.values() if (moment := _next_due(db)) is not None]
+        due: list[datetime] = []
+        for guid, look in served.items():
+            if look.messages:
+                left, look.next_due = self._serve(guid, look, directory, local)
+                moved += left
+            if look.next_due is not None:
+                due.append(look.next_due)
         return moved, min(due) if due else None
 
-    def _serve(self, origin: str, db: ServedDatabase, catalog: Catalog, directory: Databases,
-               transport: Transport) -> int:
-        if catalog.queue_named(SYSTEM_QUEUE) is not None:
-            with db.transaction() as tx:
-                tx.run(take_answers)
+    def _look(self, db: ServedDatabase) -> _Look:
+        """One transaction: the catalog, the messages due and when the next one is
+        (after taking the dynamic routing service's answers, where it was asked)."""
+        def look(ctx: TxContext) -> _Look:
+            if ctx.catalog.queue_named(SYSTEM_QUEUE) is not None:
+                take_answers(ctx)
+            return _Look(db, ctx.catalog, due_messages(ctx, self._batch), next_due(ctx))
+
         with db.transaction() as tx:
-            messages = tx.run(lambda ctx: due_messages(ctx, self._batch))
-        if not messages:
-            return 0
-        plan = _plan(messages, origin, catalog, directory)
+            return tx.run(look)
+
+    def _serve(self, origin: str, look: _Look, directory: Databases,
+               transport: Transport) -> tuple[int, datetime | None]:
+        catalog = look.catalog
+        plan = _plan(look.messages, origin, catalog, directory)
         deliveries: list[tuple[Delivery, dict[int, OutboundMessage]]] = []
         for destination, batch in plan.by_destination.items():
             frames = [frame_of(catalog, m, destination) for m in batch]
@@ -116,7 +133,7 @@ class Transmitter:
                 continue
             deliveries.append((delivery, {m.message_id: m for m in batch}))
 
-        def settle_all(ctx: TxContext) -> int:
+        def settle_all(ctx: TxContext) -> tuple[int, datetime | None]:
             moved = sum(settle(ctx, delivery, sent) for delivery, sent in deliveries)
             for reason, waiting in plan.waiting.items():
                 wait(ctx, waiting, reason)
@@ -124,9 +141,9 @@ class Transmitter:
             request_routes(ctx, (m.to_service for m in plan.waiting.get(ROUTE_REQUESTED, ())))
             if plan.here:
                 moved += deliver_here(ctx, plan.here)
-            return moved
+            return moved, next_due(ctx)
 
-        with db.transaction() as tx:
+        with look.db.transaction() as tx:
             return tx.run(settle_all)
 
 
@@ -153,17 +170,3 @@ def _plan(messages: list[OutboundMessage], origin: str, catalog: Catalog, direct
         else:
             plan.waiting[NO_NETWORK_TRANSPORT].append(message)
     return plan
-
-
-def _catalog_of(db: ServedDatabase) -> Catalog:
-    with db.transaction() as tx:
-        return tx.run(lambda ctx: ctx.catalog)
-
-
-def _next_due(db: ServedDatabase) -> datetime | None:
-    """The earliest retry of an outbound message waiting in ``db``."""
-    t = ep.transmissions
-    with db.transaction() as tx:
-        moment: datetime | None = tx.run(lambda ctx: ctx.conn.execute(
-            select(func.min(t.c.next_attempt_time)).where(t.c.to_conversation_handle.is_(None))).scalar())
-    return moment

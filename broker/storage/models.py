@@ -209,6 +209,9 @@ class ConversationEndpoint(Base):
     # records that the dialog asked for security (a TCP route without a remote service
     # binding then gives 9727). Last column: ``rows.Endpoint`` lists them in this order.
     outbound_session_key_identifier: Mapped[uuid.UUID | None] = mapped_column(GUID())
+    # The highest sequence number held with status 2, ahead of a missing message (None:
+    # none): an arrival that fills the gap looks for messages to release only then.
+    last_out_of_order_sequence: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class TransmissionQueueEntry(Base):

@@ -51,19 +51,22 @@ class Endpoint:
     create_date: datetime
     closed_date: datetime | None
     outbound_session_key_identifier: uuid.UUID | None = None  # dialog security (ENCRYPTION = ON)
+    last_out_of_order_sequence: int | None = None  # arrived ahead of a gap (status 2) up to here
 
 
 _WRITE_BACK = Prepared(
     update(_endpoints).where(_endpoints.c.conversation_handle == bindparam("p_handle"))
     .values(send_sequence=bindparam("p_send"), receive_sequence=bindparam("p_receive"),
-            state=bindparam("p_state"))
+            state=bindparam("p_state"), held_messages=bindparam("p_held"),
+            transmission_status=bindparam("p_status"))
 )
 
 
 def write_back(conn: Connection, changed: list[Endpoint]) -> None:
-    """Write the sequence numbers and states held back by ``advance_*``."""
+    """Write what SEND and delivery changed in place: sequence numbers, state, and the
+    messages held in the transmission queue with the last reason why."""
     _WRITE_BACK.execute_many(conn, [
-        {"p_handle": e.conversation_handle, "p_send": e.send_sequence,
-         "p_receive": e.receive_sequence, "p_state": e.state}
+        {"p_handle": e.conversation_handle, "p_send": e.send_sequence, "p_receive": e.receive_sequence,
+         "p_state": e.state, "p_held": e.held_messages, "p_status": e.transmission_status}
         for e in changed
     ])

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import event, text
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from broker import arguments, events
@@ -177,7 +176,7 @@ class Transaction:
             return verb(self._context())
         except BrokerError:
             raise  # raised before any write: the transaction stays usable
-        except SQLAlchemyError as exc:
+        except self._state.database_errors as exc:
             self._doomed = True
             raise as_broker_error(exc) from exc
         except BaseException:
@@ -273,7 +272,7 @@ class Transaction:
         if self._owned is not None:
             try:
                 self._end(self._owned, commit=True)
-            except SQLAlchemyError as exc:
+            except self._state.database_errors as exc:
                 raise as_broker_error(exc) from exc
             if ctx is not None:
                 ctx.kept.committed(ctx.catalog.version)

@@ -263,3 +263,29 @@ def test_a_catalog_filter_of_the_wrong_type_is_numbered(tutorial: broker.Broker)
     assert number_of(lambda: tutorial.catalog("sys.services", name=object())) == 206
     assert number_of(lambda: tutorial.catalog(5)) == 206  # type: ignore[arg-type]
     assert tutorial.catalog("sys.conversation_endpoints", conversation_handle=str(uuid.uuid4())) == []
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_a_lock_wait_that_runs_out_in_a_prepared_statement_is_1222(db_url: str) -> None:
+    from sqlalchemy import create_engine, text
+
+    db = broker.connect(db_url, connect_args={"options": "-c lock_timeout=200"})
+    try:
+        db.create_queue("T")
+        db.create_service("//t", "T", ["DEFAULT"])
+        db.create_queue("I")
+        db.create_service("//i", "I")
+        with db.transaction() as tx:
+            handle = tx.begin_dialog("//i", "//t")
+        other = create_engine(db_url)
+        with other.connect() as holder:  # another session holds the endpoint's row lock
+            holder.execute(text("SELECT 1 FROM sb_conversation_endpoints WHERE conversation_handle = :h FOR UPDATE"),
+                           {"h": handle})
+            with pytest.raises(broker.BrokerError) as info:
+                with db.transaction() as tx:
+                    tx.send(handle, body=b"x")  # runs on the driver's cursor (a prepared statement)
+            holder.rollback()
+        other.dispose()
+        assert info.value.number == 1222
+    finally:
+        db.dispose()

@@ -523,3 +523,29 @@ def test_a_request_ended_with_an_error_leaves_the_dialog_delayed(pair: Pair) -> 
     [held] = pair.initiator.catalog("sys.transmission_queue")
     assert held["transmission_status"].startswith("Classification has been delayed")
     assert pair.target.queue_rows(TARGET_QUEUE) == []
+
+
+# -- the transmitter never waits for an application's locks (PostgreSQL's row locks) ------------
+
+
+@pytest.mark.parametrize("instance_urls", ["postgresql"], indirect=True)
+def test_the_transmitter_settles_around_an_application_that_holds_a_dialog(pair: Pair) -> None:
+    import threading
+
+    first, second = pair.begin(b"<d1>0</d1>"), pair.begin(b"<d2>0</d2>")
+    pair.transmit()  # both acknowledged: later messages go straight to the target's database
+    with pair.initiator.transaction() as tx:
+        tx.send(first, REQUEST, b"<d1>1</d1>")
+        tx.send(second, REQUEST, b"<d2>1</d2>")
+    with pair.initiator.transaction() as producer:
+        producer.send(second, REQUEST, b"<d2>2</d2>")  # holds the second dialog's group and endpoint
+        passed = threading.Thread(target=pair.transmit)
+        passed.start()
+        passed.join(30)
+        assert not passed.is_alive()  # it did not wait for the producer (it used to deadlock here)
+        producer.send(first, REQUEST, b"<d1>2</d1>")  # nor does the producer wait for it
+    while pair.transmit():
+        pass
+    assert bodies(pair.target, TARGET_QUEUE) == [b"<d1>0</d1>", b"<d2>0</d2>", b"<d1>1</d1>", b"<d2>1</d2>",
+                                                 b"<d2>2</d2>", b"<d1>2</d1>"]
+    assert pair.initiator.catalog("sys.transmission_queue") == []

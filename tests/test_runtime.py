@@ -212,3 +212,24 @@ def test_closed_target_endpoints_are_purged_after_thirty_minutes(tutorial: broke
     runtime.run_pass()
     assert endpoint(tutorial, target) is None
     assert tutorial.catalog("sys.conversation_groups") == []
+
+
+def test_a_runtime_whose_passes_fail_waits_longer_each_time(db: broker.Broker, monkeypatch: pytest.MonkeyPatch,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    runtime = db.runtime()
+    pauses: list[float | None] = []
+
+    def failing() -> float:
+        raise RuntimeError("the schema is not the code's")
+
+    def pause(timeout: float | None = None) -> bool:  # the loop's pause after a failure
+        pauses.append(timeout)
+        if len(pauses) == 4:
+            runtime._stopping.set()
+        return True
+
+    monkeypatch.setattr(runtime, "run_pass", failing)
+    monkeypatch.setattr(runtime._stopping, "wait", pause)
+    runtime._loop()  # in this thread, until the fourth pause stops it
+    assert pauses == [0.1, 0.2, 0.4, 0.8]
+    assert caplog.text.count("scheduler pass failed") == 4

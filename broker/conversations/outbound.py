@@ -110,12 +110,33 @@ def frame_of(catalog: Catalog, message: OutboundMessage, destination: str) -> Me
     )
 
 
+def claim(ctx: TxContext, handles: Iterable[uuid.UUID]) -> set[uuid.UUID]:
+    """Lock, without waiting, the conversation groups and endpoints of these handles, in
+    the order SEND takes them (group, then endpoint); the handles locked. The transmitter
+    settles only those: it never waits for an application's transaction, so it never
+    deadlocks with one. What it skips it settles in a later pass (the destination, which
+    already has those messages, acknowledges them again). On SQLite the write lock
+    covers every row: all are locked."""
+    wanted = sorted(set(handles))
+    if not wanted:
+        return set()
+    groups = ep.groups
+    of_wanted = select(_e.c.conversation_group_id).where(_e.c.conversation_handle.in_(wanted))
+    held_groups = list(ctx.conn.execute(
+        select(groups.c.conversation_group_id).where(groups.c.conversation_group_id.in_(of_wanted))
+        .order_by(groups.c.conversation_group_id).with_for_update(skip_locked=True)).scalars())
+    return set(ctx.conn.execute(
+        select(_e.c.conversation_handle)
+        .where(_e.c.conversation_handle.in_(wanted), _e.c.conversation_group_id.in_(held_groups))
+        .order_by(_e.c.conversation_handle).with_for_update(skip_locked=True)).scalars())
+
+
 def settle(ctx: TxContext, delivery: Delivery, sent: dict[int, OutboundMessage]) -> int:
     """Apply the destination's receipts in the sender's transaction; how many messages
-    left the transmission queue."""
-    acknowledged = [r.message_id for r in delivery.receipts if r.acknowledged]
-    gone = _forget(ctx, acknowledged, delivery.broker_instance)
-    for receipt in delivery.receipts:
+    left the transmission queue. ``sent`` holds the messages to settle (claimed)."""
+    receipts = [r for r in delivery.receipts if r.message_id in sent]
+    gone = _forget(ctx, [r.message_id for r in receipts if r.acknowledged], delivery.broker_instance)
+    for receipt in receipts:
         message = sent[receipt.message_id]
         if receipt.acknowledged:
             if receipt.message_id in gone and message.kind != "message":
@@ -151,6 +172,8 @@ def hold_for_the_application(ctx: TxContext, messages: Iterable[OutboundMessage]
 def deliver_here(ctx: TxContext, messages: Sequence[OutboundMessage]) -> int:
     """Messages routed to their own database: deliver them in this transaction, in order
     per dialog; the ones that still cannot go back off. How many left the queue."""
+    if not messages:
+        return 0
     retry_held(ctx, {m.conversation_handle for m in messages}, routed_here=True)
     remaining = set(ctx.conn.execute(
         select(_t.c.message_id).where(_t.c.message_id.in_([m.message_id for m in messages]))).scalars())

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
 
-from broker.runtime.runner import DEFAULT_POLL_S, Runtime
+from broker.runtime.runner import DEFAULT_POLL_S, Runtime, failure_pause
 from broker.runtime.transmitter import Transmitter
 from broker.storage.served import ServedDatabase
 from broker.storage.waiting import ANY_QUEUE
@@ -92,14 +92,18 @@ class InstanceRuntime:
         return wait
 
     def _transmit(self) -> None:
+        failures = 0
         while not self._stopping.is_set():
             started = time.monotonic()
             self._commit.clear()  # a commit from here on starts another pass
             try:
                 wait = self.run_pass()
+                failures = 0
             except Exception:
-                log.exception("transmitter pass failed; retrying")
-                wait = self.poll_interval
+                failures += 1
+                log.exception("transmitter pass failed; retrying in %.1f s", failure_pause(failures))
+                self._stopping.wait(failure_pause(failures))  # not in a loop as fast as commits
+                continue
             self._commit.wait(wait)
             self._stopping.wait(max(0.0, started + TRANSMIT_GAP_S - time.monotonic()))
 

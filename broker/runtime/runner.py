@@ -32,6 +32,15 @@ DEFAULT_POLL_S = 1.0
 # Shortest gap between passes: commits wake the scheduler (a new timer may be due soon),
 # and a busy queue commits thousands of times a second.
 MIN_GAP_S = 0.02
+# A pass that fails (the database is down, its schema is not the code's) is tried again
+# after a pause that doubles from the first to the longest.
+FIRST_FAILURE_PAUSE_S = 0.1
+LONGEST_FAILURE_PAUSE_S = 30.0
+
+
+def failure_pause(failures: int) -> float:
+    """Seconds to wait after ``failures`` consecutive failed passes."""
+    return float(min(FIRST_FAILURE_PAUSE_S * 2 ** min(failures - 1, 16), LONGEST_FAILURE_PAUSE_S))
 
 
 class Runtime:
@@ -106,13 +115,17 @@ class Runtime:
     def _loop(self) -> None:
         state = self.db.state
         with state.backend.watching(self.db.engine, state.notifier) as wait_for_commit:
+            failures = 0
             while not self._stopping.is_set():
                 started = time.monotonic()
                 try:
                     wait = self.run_pass()
+                    failures = 0
                 except Exception:
-                    log.exception("scheduler pass failed; retrying")
-                    wait = self.poll_interval
+                    failures += 1
+                    log.exception("scheduler pass failed; retrying in %.1f s", failure_pause(failures))
+                    self._stopping.wait(failure_pause(failures))  # not in a loop as fast as commits
+                    continue
                 if self._stopping.is_set():
                     break
                 wait_for_commit(state.notifier.counter(ANY_QUEUE), time.monotonic() + wait)

@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from broker.conversations.frames import Delivery
 from broker.conversations.outbound import (
     OutboundMessage,
+    claim,
     deliver_here,
     due_messages,
     frame_of,
@@ -134,13 +135,19 @@ class Transmitter:
             deliveries.append((delivery, {m.message_id: m for m in batch}))
 
         def settle_all(ctx: TxContext) -> tuple[int, datetime | None]:
-            moved = sum(settle(ctx, delivery, sent) for delivery, sent in deliveries)
+            free = claim(ctx, (m.conversation_handle for m in look.messages))
+
+            def mine(messages: list[OutboundMessage]) -> list[OutboundMessage]:
+                return [m for m in messages if m.conversation_handle in free]
+
+            moved = sum(settle(ctx, delivery, {i: m for i, m in sent.items() if m.conversation_handle in free})
+                        for delivery, sent in deliveries)
             for reason, waiting in plan.waiting.items():
-                wait(ctx, waiting, reason)
-            hold_for_the_application(ctx, plan.errored)
-            request_routes(ctx, (m.to_service for m in plan.waiting.get(ROUTE_REQUESTED, ())))
+                wait(ctx, mine(waiting), reason)
+            hold_for_the_application(ctx, mine(plan.errored))
+            request_routes(ctx, (m.to_service for m in mine(plan.waiting.get(ROUTE_REQUESTED, []))))
             if plan.here:
-                moved += deliver_here(ctx, plan.here)
+                moved += deliver_here(ctx, mine(plan.here))
             return moved, next_due(ctx)
 
         with look.db.transaction() as tx:

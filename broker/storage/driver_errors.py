@@ -9,8 +9,6 @@ project's own ``DATABASE_FAILURE``. The driver's exception stays the ``__cause__
 
 from __future__ import annotations
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from broker.errors import DATABASE_FAILURE, BrokerError
 
 # SQLite's primary result codes (sqlite3 errors carry ``sqlite_errorcode``; the low byte
@@ -39,8 +37,9 @@ _POSTGRES_NUMBERS = {
 }
 
 
-def as_broker_error(exc: SQLAlchemyError) -> BrokerError:
-    """The numbered error for a database failure (raise it ``from exc``)."""
+def as_broker_error(exc: BaseException) -> BrokerError:
+    """The numbered error for a database failure, SQLAlchemy's or the driver's own
+    (raise it ``from exc``)."""
     driver = getattr(exc, "orig", None) or exc
     detail = (str(driver).strip().splitlines() or [type(driver).__name__])[0]
     code = getattr(driver, "sqlite_errorcode", None)

@@ -6,6 +6,7 @@ import threading
 
 from sqlalchemy import Engine
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import SQLAlchemyError
 
 from broker.events import EventHub
 from broker.storage import pending
@@ -33,6 +34,9 @@ class DatabaseState:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.backend = backend_for(engine)
+        # What a failing database raises: SQLAlchemy's errors, and the driver's own for the
+        # prepared statements the hot path runs on the driver's cursor.
+        self.database_errors: tuple[type[Exception], ...] = (SQLAlchemyError, engine.dialect.loaded_dbapi.Error)
         self.notifier = _notifier_for(self.backend.database_key(engine))
         self._catalog: Catalog | None = None
         self._lock = threading.Lock()

@@ -74,21 +74,8 @@ class OutboundMessage:
 def due_messages(ctx: TxContext, limit: int) -> list[OutboundMessage]:
     """Outbound messages due for an attempt, in the order they go out: by message id,
     within each priority from the highest when HONOR_BROKER_PRIORITY is ON. Reads only."""
-    order = (_t.c.priority.desc(), _t.c.message_id) if ctx.catalog.honor_broker_priority else (_t.c.message_id,)
-    now = ctx.now()
-    earlier = _t.alias("earlier")
-    # A message waits behind every earlier message of its dialog that is not due: a
-    # dialog is never reordered, whatever the back-off of each message.
-    waiting_before = select(earlier.c.message_id).where(
-        earlier.c.conversation_handle == _t.c.conversation_handle, earlier.c.to_conversation_handle.is_(None),
-        earlier.c.message_sequence_number < _t.c.message_sequence_number,
-        or_(earlier.c.next_attempt_time.is_(None), earlier.c.next_attempt_time > now))
-    rows: Sequence[tuple[Any, ...]] = ctx.conn.execute(
-        select(*_DUE_COLUMNS).join(_e, _e.c.conversation_handle == _t.c.conversation_handle)
-        .where(_t.c.to_conversation_handle.is_(None), _t.c.next_attempt_time <= now, ~waiting_before.exists())
-        .order_by(*order).limit(limit)
-    ).all()
-    return [OutboundMessage(*row) for row in rows]
+    statement = _DUE_BY_PRIORITY if ctx.catalog.honor_broker_priority else _DUE
+    return [OutboundMessage(*row) for row in statement.all(ctx.conn, p_now=ctx.now(), p_limit=limit)]
 
 
 def next_due(ctx: TxContext) -> datetime | None:
@@ -118,8 +105,8 @@ def claim(ctx: TxContext, handles: Iterable[uuid.UUID]) -> set[uuid.UUID]:
     already has those messages, acknowledges them again). On SQLite the write lock
     covers every row: all are locked."""
     wanted = sorted(set(handles))
-    if not wanted:
-        return set()
+    if not wanted or not ctx.state.backend.row_locks:
+        return set(wanted)
     groups = ep.groups
     of_wanted = select(_e.c.conversation_group_id).where(_e.c.conversation_handle.in_(wanted))
     held_groups = list(ctx.conn.execute(
@@ -200,6 +187,24 @@ def _forget(ctx: TxContext, message_ids: list[int], far_broker: str) -> set[int]
     return set(gone)
 
 
+def _due(*order: Any) -> Prepared:
+    """Outbound messages due now, in ``order``: a message waits behind every earlier
+    message of its dialog that is not due, so a dialog is never reordered, whatever the
+    back-off of each message."""
+    earlier = _t.alias("earlier")
+    waiting_before = select(earlier.c.message_id).where(
+        earlier.c.conversation_handle == _t.c.conversation_handle, earlier.c.to_conversation_handle.is_(None),
+        earlier.c.message_sequence_number < _t.c.message_sequence_number,
+        or_(earlier.c.next_attempt_time.is_(None), earlier.c.next_attempt_time > bindparam("p_now")))
+    return Prepared(
+        select(*_DUE_COLUMNS).join(_e, _e.c.conversation_handle == _t.c.conversation_handle)
+        .where(_t.c.to_conversation_handle.is_(None), _t.c.next_attempt_time <= bindparam("p_now"),
+               ~waiting_before.exists())
+        .order_by(*order).limit(bindparam("p_limit")))
+
+
+_DUE = _due(_t.c.message_id)
+_DUE_BY_PRIORITY = _due(_t.c.priority.desc(), _t.c.message_id)
 _NEXT_DUE = Prepared(select(func.min(_t.c.next_attempt_time)).where(_t.c.to_conversation_handle.is_(None)))
 _DELETE_ACKNOWLEDGED = Prepared(
     delete(_t).where(_t.c.message_id.in_([bindparam(f"p_{n}") for n in range(DELETE_CHUNK)]))

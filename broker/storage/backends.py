@@ -74,6 +74,9 @@ class Backend:
     """The SQLite behaviour; ``PostgresBackend`` overrides what differs."""
 
     name = "sqlite"
+    # Whether transactions lock rows (and so may have to skip rows others hold): SQLite's
+    # one write lock covers every row a transaction could touch.
+    row_locks = False
     # Whether a transaction's catalog snapshot stays current for its whole life: true
     # where one transaction writes at a time, false under READ COMMITTED, where another
     # transaction's change (a queue's rollback count) can commit meanwhile.
@@ -255,6 +258,7 @@ _IDENTIFIER_BYTES = 63
 
 class PostgresBackend(Backend):
     name = "postgresql"
+    row_locks = True
     snapshot_stays_current = False
 
     def __init__(self) -> None:

@@ -403,9 +403,9 @@ def test_a_service_nowhere_delays_the_dialog_until_its_lifetime_ends(pair: Pair)
         tx.run(_expire)
     [error] = pair.initiator.queue_rows(INITIATOR_QUEUE)
     assert broker.parse_error(error.message_body)[0] == -8489
+    assert pair.initiator.catalog("sys.transmission_queue") == []  # purged at once, before END
     with pair.initiator.transaction() as tx:
         tx.end_conversation(handle)
-    assert pair.initiator.catalog("sys.transmission_queue") == []
 
 
 def test_a_tcp_route_for_one_service_leaves_the_others_local(pair: Pair) -> None:

@@ -104,12 +104,15 @@ def expire_lifetimes(ctx: TxContext, queue_id: int | None = None) -> list[Endpoi
     """Error -8489 to every open endpoint whose dialog outlived its LIFETIME; state ER.
 
     Each side's endpoint carries the lifetime, so both sides fail, each in its own queue.
+    What an expired endpoint still had to send goes at once: the far side refuses it.
     """
     now = ctx.now()
     rows = (_EXPIRED.all(ctx.conn, p_now=now) if queue_id is None
             else _EXPIRED_OF_QUEUE.all(ctx.conn, p_now=now, p_queue=queue_id))
     expired = [Endpoint(*row) for row in rows]
     for endpoint in expired:
+        if endpoint.held_messages:
+            ep.drop_outbound(ctx, endpoint)
         broker_error(ctx, endpoint, LIFETIME_EXPIRED, LIFETIME_TEXT)
     return expired
 

@@ -411,6 +411,17 @@ class Broker:
             return {reason: number for reason, number in rows}
         return self._read(count)
 
+    def transmission_destinations(self) -> list[dict[str, Any]]:
+        """The transmission queue counted by destination (``to_service_name``,
+        ``to_broker_instance``) and ``transmission_status``, without reading bodies; in
+        that order."""
+        def count(ctx: TxContext) -> list[dict[str, Any]]:
+            t = TransmissionQueueEntry
+            keys = (t.to_service_name, t.to_broker_instance, t.transmission_status)
+            rows = ctx.conn.execute(select(*keys, func.count().label("count")).group_by(*keys).order_by(*keys))
+            return [dict(row._mapping) for row in rows]
+        return self._read(count)
+
     def endpoint_states(self) -> list[tuple[str, str, int]]:
         """(state, state_desc, count) of the conversation endpoints, counted in the database."""
         view = self._view_name("conversation_endpoints")

@@ -141,7 +141,7 @@ def _summary(shown_url: str, db: broker.Broker) -> dict[str, Any]:
             }
         )
     backlog = db.transmission_backlog()
-    destinations = _backlog_by_destination(db)
+    destinations = db.transmission_destinations()
     timers_set, timers_due, next_timer = db.timer_summary()
     return {
         "time": now,
@@ -160,28 +160,6 @@ def _summary(shown_url: str, db: broker.Broker) -> dict[str, Any]:
         "endpoints": [{"state": s, "state_desc": d, "count": n} for s, d, n in db.endpoint_states()],
         "timers": {"count": timers_set, "due": timers_due, "next_due": next_timer},
     }
-
-
-def _backlog_by_destination(db: broker.Broker) -> list[dict[str, Any]]:
-    """The transmission queue counted by destination and reason, without reading bodies."""
-    view = '"sys.transmission_queue"' if db.engine.dialect.name == "sqlite" else "sys.transmission_queue"
-    with db.transaction() as tx:
-        rows = tx.query(
-            "SELECT to_service_name, to_broker_instance, transmission_status, COUNT(*) AS count "
-            f"FROM {view} GROUP BY to_service_name, to_broker_instance, transmission_status"
-        )
-    ordered = sorted(
-        rows, key=lambda r: (r["to_service_name"], r["to_broker_instance"] or "", r["transmission_status"])
-    )
-    return [
-        {
-            "to_service_name": row["to_service_name"],
-            "to_broker_instance": row["to_broker_instance"],
-            "transmission_status": row["transmission_status"],
-            "count": int(row["count"]),
-        }
-        for row in ordered
-    ]
 
 
 def _instance_summary(shown_url: str, inst: broker.Instance) -> dict[str, Any]:

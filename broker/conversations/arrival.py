@@ -55,12 +55,12 @@ INCOMPLETE = 2  # queue status of a message that arrived ahead of a missing one
 
 def arrive(ctx: TxContext, frames: Sequence[MessageFrame]) -> list[Receipt]:
     """Apply ``frames`` in this database's transaction; a receipt for each, in order."""
-    return [_arrive(ctx, frame) for frame in frames]
+    here = str(ctx.catalog.broker_guid) if ctx.catalog.broker_enabled else None
+    return [_arrive(ctx, frame) if frame.to_broker == here else Receipt(frame.message_id, False, BROKER_NOT_FOUND)
+            for frame in frames]
 
 
 def _arrive(ctx: TxContext, frame: MessageFrame) -> Receipt:
-    if not ctx.catalog.broker_enabled or frame.to_broker != str(ctx.catalog.broker_guid):
-        return Receipt(frame.message_id, False, BROKER_NOT_FOUND)
     receiver = ep.by_conversation(ctx, frame.conversation_id, not frame.from_initiator)
     if receiver is None:
         if not frame.from_initiator or frame.kind != "message":

@@ -38,11 +38,9 @@ import argparse
 import gc
 import json
 import multiprocessing as mp
-import queue
 import random
 import sqlite3
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -59,7 +57,7 @@ from rich.table import Table
 
 import broker
 from bench.common import Summary, body, counter_of, scratch_dir
-from bench.latency import PAUSE_S, WAIT_S, LatencyResult, _child, _receive_one
+from bench.latency import PAUSE_S, WAIT_S, LatencyResult, _child, _receive_one, round_trips
 from bench.scenarios import INITIATOR, INITIATOR_QUEUE, TARGET, TARGET_QUEUE
 from bench.throughput import BATCH, measure_once, scenarios
 
@@ -227,42 +225,13 @@ def _warm_up(pair: Pair) -> None:
 
 def latency_one_process(samples: int, seed: int = 3) -> LatencyResult:
     """The runtime's threads, a receiver thread on B and the sender on A, in this process."""
-    rng = random.Random(seed)
     with scratch_dir("between-latency") as directory:
         pair = make_pair(directory, 1)
-        about_to_wait = threading.Event()
-        results: queue.Queue[tuple[int, int] | BaseException] = queue.Queue()
-
-        def receiver() -> None:
-            try:
-                for _ in range(samples):
-                    about_to_wait.set()
-                    results.put(_receive_one(pair.b, time.perf_counter_ns))
-            except BaseException as error:  # handed to the main thread
-                results.put(error)
-
-        latencies: list[int] = []
         try:
             with pair.inst.runtime():
                 _warm_up(pair)
-                thread = threading.Thread(target=receiver, daemon=True)
-                thread.start()
-                for i in range(samples):
-                    if not about_to_wait.wait(WAIT_S):
-                        raise RuntimeError("the receiver thread stopped")
-                    about_to_wait.clear()
-                    time.sleep(rng.uniform(*PAUSE_S))
-                    with pair.a.transaction() as tx:
-                        tx.send(pair.handles[0], body=body(i))
-                        sent_at = time.perf_counter_ns()
-                    got = results.get(timeout=WAIT_S * 2)
-                    if isinstance(got, BaseException):
-                        raise got
-                    counter, received_at = got
-                    if counter != i:
-                        raise RuntimeError(f"expected message {i}, got {counter}")
-                    latencies.append(received_at - sent_at)
-                thread.join(WAIT_S * 2)
+                latencies = round_trips(pair.a, lambda tx, i: tx.send(pair.handles[0], body=body(i)), pair.b,
+                                        samples, random.Random(seed))
         finally:
             pair.dispose()
     return LatencyResult.of(ONE_PROCESS, latencies)

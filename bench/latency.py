@@ -17,6 +17,7 @@ import queue
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -58,43 +59,54 @@ def _receive_one(db: broker.Broker, clock: Any) -> tuple[int, int]:
 
 def in_process(samples: int, seed: int = 1) -> LatencyResult:
     """Receiver thread and sender in one process, on one ``broker.connect()``."""
-    rng = random.Random(seed)
     with scratch_dir("latency") as directory:
         db, (handle,) = make_broker(directory)
-        about_to_wait = threading.Event()
-        results: queue.Queue[tuple[int, int] | BaseException] = queue.Queue()
-
-        def receiver() -> None:
-            try:
-                for _ in range(samples):
-                    about_to_wait.set()
-                    results.put(_receive_one(db, time.perf_counter_ns))
-            except BaseException as error:  # handed to the main thread
-                results.put(error)
-
-        thread = threading.Thread(target=receiver, daemon=True)
-        thread.start()
-        latencies: list[int] = []
         try:
-            for i in range(samples):
-                if not about_to_wait.wait(WAIT_S):
-                    raise RuntimeError("the receiver thread stopped")
-                about_to_wait.clear()
-                time.sleep(rng.uniform(*PAUSE_S))
-                with db.transaction() as tx:
-                    tx.send(handle, body=body(i))
-                    sent_at = time.perf_counter_ns()
-                got = results.get(timeout=WAIT_S * 2)
-                if isinstance(got, BaseException):
-                    raise got
-                counter, received_at = got
-                if counter != i:
-                    raise RuntimeError(f"expected message {i}, got {counter}")
-                latencies.append(received_at - sent_at)
+            latencies = round_trips(db, lambda tx, i: tx.send(handle, body=body(i)), db, samples,
+                                    random.Random(seed))
         finally:
-            thread.join(WAIT_S * 2)
             db.dispose()
     return LatencyResult.of("one process (thread)", latencies)
+
+
+def round_trips(sender: broker.Broker, send: Callable[[broker.Transaction, int], None], receiver_db: broker.Broker,
+                samples: int, rng: random.Random) -> list[int]:
+    """Commit-to-RECEIVE nanoseconds of ``samples`` messages: a thread blocks in
+    ``receiver_db``'s WAITFOR, the caller's ``send(tx, i)`` commits message ``i`` in
+    ``sender`` a random pause after the thread said it is about to wait."""
+    about_to_wait = threading.Event()
+    results: queue.Queue[tuple[int, int] | BaseException] = queue.Queue()
+
+    def receiver() -> None:
+        try:
+            for _ in range(samples):
+                about_to_wait.set()
+                results.put(_receive_one(receiver_db, time.perf_counter_ns))
+        except BaseException as error:  # handed to the main thread
+            results.put(error)
+
+    thread = threading.Thread(target=receiver, daemon=True)
+    thread.start()
+    latencies: list[int] = []
+    try:
+        for i in range(samples):
+            if not about_to_wait.wait(WAIT_S):
+                raise RuntimeError("the receiver thread stopped")
+            about_to_wait.clear()
+            time.sleep(rng.uniform(*PAUSE_S))
+            with sender.transaction() as tx:
+                send(tx, i)
+                sent_at = time.perf_counter_ns()
+            got = results.get(timeout=WAIT_S * 2)
+            if isinstance(got, BaseException):
+                raise got
+            counter, received_at = got
+            if counter != i:
+                raise RuntimeError(f"expected message {i}, got {counter}")
+            latencies.append(received_at - sent_at)
+    finally:
+        thread.join(WAIT_S * 2)
+    return latencies
 
 
 def _child(url: str, samples: int, pipe: Connection) -> None:

@@ -174,9 +174,7 @@ def _initiator_sends_request(db: broker.Broker) -> uuid.UUID:
 def _target_replies_and_ends(db: broker.Broker, conversation_id: uuid.UUID) -> None:
     """Step 7: RECEIVE the request, SEND the reply, END CONVERSATION, in one transaction."""
     with db.transaction() as tx:
-        request = _receive_one(tx, TARGET_QUEUE, REQUEST_TYPE)
-        tx.send(request.conversation_handle, message_type=REPLY_TYPE, body=REPLY_BODY.encode())
-        tx.end_conversation(request.conversation_handle)
+        request = reply_and_end(tx, TARGET_QUEUE, REQUEST_TYPE, REPLY_TYPE)
     say(7, f"The target received the request on its own handle {request.conversation_handle}:")
     more(text(request.message_body))
     more("It sent the reply, ended its side of the conversation and committed.")
@@ -188,7 +186,7 @@ def _target_replies_and_ends(db: broker.Broker, conversation_id: uuid.UUID) -> N
 def _initiator_receives_and_ends(db: broker.Broker, conversation_id: uuid.UUID) -> None:
     """Step 8: RECEIVE the reply and END CONVERSATION, in one transaction."""
     with db.transaction() as tx:
-        reply = _receive_one(tx, INITIATOR_QUEUE, REPLY_TYPE)
+        reply = receive_one(tx, INITIATOR_QUEUE, REPLY_TYPE)
         tx.end_conversation(reply.conversation_handle)
     say(8, f"The initiator received the reply on handle {reply.conversation_handle}:")
     more(text(reply.message_body))
@@ -228,7 +226,17 @@ def drop_earlier_run(
     return True
 
 
-def _receive_one(tx: broker.Transaction, queue: str, expected_type: str) -> broker.Message:
+def reply_and_end(tx: broker.Transaction, queue: str, request_type: str, reply_type: str) -> broker.Message:
+    """Step 7 of both tutorials, in ``tx``: RECEIVE the request, SEND the reply, END
+    CONVERSATION; the request."""
+    request = receive_one(tx, queue, request_type)
+    tx.send(request.conversation_handle, message_type=reply_type, body=REPLY_BODY.encode())
+    tx.end_conversation(request.conversation_handle)
+    return request
+
+
+def receive_one(tx: broker.Transaction, queue: str, expected_type: str) -> broker.Message:
+    """WAITFOR (RECEIVE TOP (1) ...), TIMEOUT 1000, the message of ``expected_type``."""
     messages = tx.receive(queue, 1, timeout=WAIT_SECONDS)
     if not messages or messages[0].message_type_name != expected_type:
         got = messages[0].message_type_name if messages else "nothing"

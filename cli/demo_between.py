@@ -19,7 +19,7 @@ from pathlib import Path
 import click
 
 import broker
-from cli.demo import drop_earlier_run, more, say, show_queue, text
+from cli.demo import drop_earlier_run, more, receive_one, reply_and_end, say, show_queue, text
 from cli.render import plural
 
 REQUEST_TYPE = "//BothDB/2DBSample/RequestMessage"
@@ -33,8 +33,6 @@ TARGET_DB = "TargetDB"
 INITIATOR_DB = "InitiatorDB"
 INSTANCE_FILE = "instance.db"
 REQUEST_BODY = "<RequestMsg>Message for Target service.</RequestMsg>"
-REPLY_BODY = "<ReplyMsg>Message for Initiator service.</ReplyMsg>"
-WAIT_SECONDS = 1  # the tutorial's WAITFOR (RECEIVE ...), TIMEOUT 1000
 DELIVERY_SECONDS = 30.0  # how long the demo waits for the runtime to move a message
 CHECK_SECONDS = 0.02
 
@@ -213,9 +211,7 @@ def _runtime_delivers_request(target: broker.Broker, initiator: broker.Broker, h
 def _target_replies_and_ends(target: broker.Broker, initiator: broker.Broker, conversation_id: uuid.UUID) -> None:
     """Step 7: TargetDB receives, replies and ends; the reply and EndDialog travel back."""
     with target.transaction() as tx:
-        request = _receive_one(tx, TARGET_QUEUE, REQUEST_TYPE)
-        tx.send(request.conversation_handle, message_type=REPLY_TYPE, body=REPLY_BODY.encode())
-        tx.end_conversation(request.conversation_handle)
+        request = reply_and_end(tx, TARGET_QUEUE, REQUEST_TYPE, REPLY_TYPE)
     say(7, f"In {TARGET_DB}: received the request on the target's own handle {request.conversation_handle}:")
     more(text(request.message_body))
     more("Sent the reply, ended the target's side of the conversation and committed.")
@@ -233,7 +229,7 @@ def _target_replies_and_ends(target: broker.Broker, initiator: broker.Broker, co
 def _initiator_receives_and_ends(target: broker.Broker, initiator: broker.Broker, conversation_id: uuid.UUID) -> None:
     """Step 8: InitiatorDB receives the reply and ends its side."""
     with initiator.transaction() as tx:
-        reply = _receive_one(tx, INITIATOR_QUEUE, REPLY_TYPE)
+        reply = receive_one(tx, INITIATOR_QUEUE, REPLY_TYPE)
         tx.end_conversation(reply.conversation_handle)
     say(8, f"In {INITIATOR_DB}: received the reply on handle {reply.conversation_handle}:")
     more(text(reply.message_body))
@@ -251,14 +247,6 @@ def _wait_for(what: str, condition: Callable[[], bool]) -> None:
         if time.monotonic() > deadline:
             raise click.ClickException(f"the runtime did not {what} within {DELIVERY_SECONDS:g} seconds")
         time.sleep(CHECK_SECONDS)
-
-
-def _receive_one(tx: broker.Transaction, queue: str, expected_type: str) -> broker.Message:
-    messages = tx.receive(queue, 1, timeout=WAIT_SECONDS)
-    if not messages or messages[0].message_type_name != expected_type:
-        got = messages[0].message_type_name if messages else "nothing"
-        raise click.ClickException(f"expected {expected_type} on {queue}, received {got}")
-    return messages[0]
 
 
 def _state(db: broker.Broker, conversation_id: uuid.UUID) -> str | None:

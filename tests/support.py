@@ -56,3 +56,28 @@ def target_handle(db: broker.Broker, initiator: object) -> uuid.UUID:
     [row] = [r for r in db.catalog("sys.conversation_endpoints")
              if r["conversation_id"] == mine["conversation_id"] and not r["is_initiator"]]
     return row["conversation_handle"]
+
+
+# The tutorial "Completing a Conversation Between Databases" (spec 12.2).
+BETWEEN_REQUEST, BETWEEN_REPLY = "//BothDB/2DBSample/RequestMessage", "//BothDB/2DBSample/ReplyMessage"
+BETWEEN_CONTRACT = "//BothDB/2DBSample/SimpleContract"
+BETWEEN_TARGET_SERVICE = "//TgtDB/2DBSample/TargetService"
+BETWEEN_INITIATOR_SERVICE = "//InitDB/2DBSample/InitiatorService"
+BETWEEN_TARGET_QUEUE, BETWEEN_INITIATOR_QUEUE = "TargetQueue2DB", "InitiatorQueue2DB"
+
+
+def between_databases(inst: broker.Instance, initiator_url: str,
+                      target_url: str) -> tuple[broker.Broker, broker.Broker]:
+    """Spec 12.2, steps 1-3: TargetDB and InitiatorDB in ``inst`` with the tutorial's
+    objects; (initiator, target)."""
+    target = inst.add_database("TargetDB", target_url)
+    initiator = inst.add_database("InitiatorDB", initiator_url)
+    for db in (target, initiator):
+        db.create_message_type(BETWEEN_REQUEST, "WELL_FORMED_XML")
+        db.create_message_type(BETWEEN_REPLY, "WELL_FORMED_XML")
+        db.create_contract(BETWEEN_CONTRACT, {BETWEEN_REQUEST: "INITIATOR", BETWEEN_REPLY: "TARGET"})
+    target.create_queue(BETWEEN_TARGET_QUEUE)
+    target.create_service(BETWEEN_TARGET_SERVICE, BETWEEN_TARGET_QUEUE, [BETWEEN_CONTRACT])
+    initiator.create_queue(BETWEEN_INITIATOR_QUEUE)
+    initiator.create_service(BETWEEN_INITIATOR_SERVICE, BETWEEN_INITIATOR_QUEUE)
+    return initiator, target

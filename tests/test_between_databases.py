@@ -14,7 +14,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from support import wait_until
+from support import (
+    BETWEEN_CONTRACT,
+    BETWEEN_INITIATOR_QUEUE,
+    BETWEEN_INITIATOR_SERVICE,
+    BETWEEN_REPLY,
+    BETWEEN_REQUEST,
+    BETWEEN_TARGET_QUEUE,
+    BETWEEN_TARGET_SERVICE,
+    between_databases,
+    wait_until,
+)
 
 import broker
 from broker.conversations.arrival import arrive
@@ -22,10 +32,9 @@ from broker.conversations.frames import MessageFrame
 from broker.routing.matching import NO_ROUTE, SERVICE_NOT_FOUND
 from broker.runtime.transmitter import Transmitter
 
-REQUEST, REPLY = "//BothDB/2DBSample/RequestMessage", "//BothDB/2DBSample/ReplyMessage"
-CONTRACT = "//BothDB/2DBSample/SimpleContract"
-TARGET_SERVICE, INITIATOR_SERVICE = "//TgtDB/2DBSample/TargetService", "//InitDB/2DBSample/InitiatorService"
-TARGET_QUEUE, INITIATOR_QUEUE = "TargetQueue2DB", "InitiatorQueue2DB"
+REQUEST, REPLY, CONTRACT = BETWEEN_REQUEST, BETWEEN_REPLY, BETWEEN_CONTRACT
+TARGET_SERVICE, INITIATOR_SERVICE = BETWEEN_TARGET_SERVICE, BETWEEN_INITIATOR_SERVICE
+TARGET_QUEUE, INITIATOR_QUEUE = BETWEEN_TARGET_QUEUE, BETWEEN_INITIATOR_QUEUE
 
 
 @dataclass
@@ -56,16 +65,7 @@ class Pair:
 def pair(instance_urls: tuple[str, str, str]) -> Iterator[Pair]:
     catalog_url, initiator_url, target_url = instance_urls
     inst = broker.instance(catalog_url)
-    target = inst.add_database("TargetDB", target_url)
-    initiator = inst.add_database("InitiatorDB", initiator_url)
-    for db in (target, initiator):
-        db.create_message_type(REQUEST, "WELL_FORMED_XML")
-        db.create_message_type(REPLY, "WELL_FORMED_XML")
-        db.create_contract(CONTRACT, {REQUEST: "INITIATOR", REPLY: "TARGET"})
-    target.create_queue(TARGET_QUEUE)
-    target.create_service(TARGET_SERVICE, TARGET_QUEUE, [CONTRACT])
-    initiator.create_queue(INITIATOR_QUEUE)
-    initiator.create_service(INITIATOR_SERVICE, INITIATOR_QUEUE)
+    initiator, target = between_databases(inst, initiator_url, target_url)
     yield Pair(inst, initiator, target)
     inst.dispose()
 

@@ -22,7 +22,17 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 from sqlalchemy.engine import make_url
-from support import wait_until
+from support import (
+    BETWEEN_CONTRACT,
+    BETWEEN_INITIATOR_QUEUE,
+    BETWEEN_INITIATOR_SERVICE,
+    BETWEEN_REPLY,
+    BETWEEN_REQUEST,
+    BETWEEN_TARGET_QUEUE,
+    BETWEEN_TARGET_SERVICE,
+    between_databases,
+    wait_until,
+)
 from test_cli import Run, as_json, cli_runner, one_error_line
 
 import broker
@@ -30,10 +40,9 @@ from broker.routing.matching import SERVICE_NOT_FOUND
 from cli.main import cli
 
 BROKER_SCRIPT = Path(sys.executable).with_name("broker")
-REQUEST, REPLY = "//BothDB/2DBSample/RequestMessage", "//BothDB/2DBSample/ReplyMessage"
-CONTRACT = "//BothDB/2DBSample/SimpleContract"
-TARGET_SERVICE, INITIATOR_SERVICE = "//TgtDB/2DBSample/TargetService", "//InitDB/2DBSample/InitiatorService"
-TARGET_QUEUE, INITIATOR_QUEUE = "TargetQueue2DB", "InitiatorQueue2DB"
+REQUEST, REPLY, CONTRACT = BETWEEN_REQUEST, BETWEEN_REPLY, BETWEEN_CONTRACT
+TARGET_SERVICE, INITIATOR_SERVICE = BETWEEN_TARGET_SERVICE, BETWEEN_INITIATOR_SERVICE
+TARGET_QUEUE, INITIATOR_QUEUE = BETWEEN_TARGET_QUEUE, BETWEEN_INITIATOR_QUEUE
 
 
 @pytest.fixture
@@ -291,16 +300,7 @@ def tutorial(instance_urls: tuple[str, str, str]) -> Iterator[tuple[str, broker.
     """The instance of spec 12.2 (steps 1-3): its URL and the instance, opened in-process."""
     instance_url, initiator_url, target_url = instance_urls
     inst = broker.instance(instance_url)
-    target = inst.add_database("TargetDB", target_url)
-    initiator = inst.add_database("InitiatorDB", initiator_url)
-    for db in (target, initiator):
-        db.create_message_type(REQUEST, "WELL_FORMED_XML")
-        db.create_message_type(REPLY, "WELL_FORMED_XML")
-        db.create_contract(CONTRACT, {REQUEST: "INITIATOR", REPLY: "TARGET"})
-    target.create_queue(TARGET_QUEUE)
-    target.create_service(TARGET_SERVICE, TARGET_QUEUE, [CONTRACT])
-    initiator.create_queue(INITIATOR_QUEUE)
-    initiator.create_service(INITIATOR_SERVICE, INITIATOR_QUEUE)
+    between_databases(inst, initiator_url, target_url)
     yield instance_url, inst
     inst.dispose()
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,12 +71,12 @@ def test_a_copy_of_a_member_is_attached_with_its_broker_disabled(
     original.set_broker_enabled(True)
 
 
-def test_the_instance_remembers_its_databases(tmp_path: Path) -> None:
-    os.chdir(tmp_path)
+def test_the_instance_remembers_its_databases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # undone after the test
     inst = broker.instance("sqlite:///instance.db")
     inst.add_database("Relative", "sqlite:///relative.db")
     inst.dispose()
-    os.chdir(tmp_path.parent)  # opened again from elsewhere: the path was stored absolute
+    monkeypatch.chdir(tmp_path.parent)  # opened again from elsewhere: the path was stored absolute
     again = broker.instance(f"sqlite:///{tmp_path / 'instance.db'}")
     try:
         assert list(again.databases) == ["Relative"]

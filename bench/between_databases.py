@@ -1,13 +1,14 @@
 """Between two SQLite databases of one instance: sustained delivery and commit-to-RECEIVE.
 
-    python bench/between_databases.py [--runs 5] [--n 10000] [--dialogs 100] [--samples 300]
+    python bench/between_databases.py [--runs 5] [--n 10000] [--dialogs 1,100] [--samples 300]
                                       [--json results.json] [--markdown -]
     python bench/between_databases.py --profile delivery|send [--html out.html]
 
 Also ``python bench/run.py --sections between``. Every figure uses 1 KiB bodies (``common.body``).
 
-* **Delivery.** A fresh instance (catalog, database A with the initiator service, B with
-  the target service, all SQLite files) and ``--dialogs`` dialogs begun in A. One message
+* **Delivery**, once per number of dialogs in ``--dialogs``. A fresh instance (catalog,
+  database A with the initiator service, B with the target service, all SQLite files) and
+  that many dialogs begun in A. One message
   per dialog goes across first, with the runtime running, so that every dialog is
   acknowledged (as a dialog in use is). Then, with no runtime, ``--n`` messages are sent
   in A, 100 SENDs per transaction, round robin over the dialogs: they wait in A's
@@ -15,9 +16,13 @@ Also ``python bench/run.py --sections between``. Every figure uses 1 KiB bodies 
   ``inst.runtime()`` starts in this process and the clock runs until A's transmission
   queue is empty (a plain read-only sqlite3 connection looks every ``POLL_S``): every
   message acknowledged, so committed in B. Afterwards B's queue must hold every message
-  once, in order per dialog. Compared with the single database's batched SEND (100 SENDs
-  per transaction, ``throughput.py``'s "servicebroker/send100") measured in the same
-  run, interleaved; target: at least ``DELIVERY_TARGET`` times that rate.
+  once, in order per dialog. Compared with the single database's batched SEND of the
+  same messages on the same number of dialogs (100 SENDs per transaction, round robin:
+  with one dialog, ``throughput.py``'s "servicebroker/send100"), measured in the same run,
+  interleaved; target: at least ``DELIVERY_TARGET`` times that rate, for every number of
+  dialogs. (Spreading the messages over dialogs costs the single database too: it
+  updates as many endpoints and index pages per transaction. So each shape is compared
+  with its own.)
 * **Commit-to-RECEIVE latency** with the runtime running, after a warm-up message: a
   receiver blocks in ``tx.receive(queue, 1, timeout=...)`` in B, the sender SENDs in A
   and takes the clock just before its commit, the receiver on return, as
@@ -29,7 +34,8 @@ Also ``python bench/run.py --sections between``. Every figure uses 1 KiB bodies 
 
 ``--profile delivery`` runs pyinstrument over the transmitter's passes moving a preloaded
 backlog (``Transmitter.run_pass`` called in this thread until the queue is empty: the
-runtime's work without its waits); ``--profile send`` over the preload's SENDs.
+runtime's work without its waits); ``--profile send`` over the preload's SENDs. Both on
+the first number of ``--dialogs``.
 """
 
 from __future__ import annotations
@@ -58,15 +64,14 @@ from rich.table import Table
 import broker
 from bench.common import Summary, body, counter_of, scratch_dir
 from bench.latency import PAUSE_S, WAIT_S, LatencyResult, _child, _receive_one, round_trips
-from bench.scenarios import INITIATOR, INITIATOR_QUEUE, TARGET, TARGET_QUEUE
-from bench.throughput import BATCH, measure_once, scenarios
+from bench.scenarios import INITIATOR, INITIATOR_QUEUE, TARGET, TARGET_QUEUE, make_broker
+from bench.throughput import BATCH
 
 DELIVERY_TARGET = 0.5
-DIALOGS = 100
+DIALOG_SHAPES = (1, 100)  # the delivery is measured on one dialog and on many
 LATENCY_TARGET_MS = 20.0
 POLL_S = 0.002             # how often the delivery figure looks at A's transmission queue
 DRAIN_DEADLINE_S = 600.0   # a delivery that takes longer than this fails the benchmark
-SINGLE_SEND = "servicebroker/send100"
 ONE_PROCESS = "one process (runtime, receiver thread, sender)"
 THREE_PROCESSES = "runtime, receiver and sender in three processes"
 Log = Callable[[str], None]
@@ -190,26 +195,47 @@ def delivery_once(n: int, dialogs: int) -> DeliveryRun:
     return DeliveryRun(n, dialogs, elapsed, n / elapsed, n / send_seconds)
 
 
-def run_delivery(runs: int, n: int, dialogs: int, log: Log) -> dict[str, Any]:
-    """``runs`` interleaved pairs of measurements: the single database's batched SEND and
-    the delivery between databases."""
+def single_database_send(n: int, dialogs: int) -> float:
+    """One database: ``n`` messages, 100 SENDs per transaction, round robin over
+    ``dialogs`` dialogs (as the preload sends them in A); messages per second."""
+    with scratch_dir("between-single") as directory:
+        db, handles = make_broker(directory, dialogs)
+        try:
+            bodies = [body(i) for i in range(n)]
+            gc.collect()
+            started = time.perf_counter()
+            for start in range(0, n, BATCH):
+                with db.transaction() as tx:
+                    for k in range(start, min(n, start + BATCH)):
+                        tx.send(handles[k % dialogs], body=bodies[k])
+            return n / (time.perf_counter() - started)
+        finally:
+            db.dispose()
+
+
+def run_delivery(runs: int, n: int, shapes: tuple[int, ...], log: Log) -> dict[str, Any]:
+    """For each number of dialogs, ``runs`` interleaved pairs of measurements: the single
+    database's batched SEND and the delivery between databases."""
     if n % BATCH:
         raise ValueError(f"the delivery's message count must be a multiple of {BATCH}")
-    [single] = [s for s in scenarios(BATCH, n) if s.key == SINGLE_SEND]
-    single_rates: list[float] = []
-    deliveries: list[DeliveryRun] = []
-    for run in range(runs):
-        rate, _ = measure_once(single)
-        single_rates.append(rate)
-        log(f"run {run + 1}/{runs} one database, 100 SENDs per transaction: {rate:,.0f} msg/s")
-        result = delivery_once(n, dialogs)
-        deliveries.append(result)
-        log(f"run {run + 1}/{runs} A to B by the runtime: {result.rate:,.0f} msg/s "
-            f"(preload SEND {result.send_rate:,.0f} msg/s)")
-    return {"messages": n, "dialogs": dialogs, "single_send100": Summary.of(single_rates).as_dict(),
-            "delivery": Summary.of([d.rate for d in deliveries]).as_dict(),
-            "send_held": Summary.of([d.send_rate for d in deliveries]).as_dict(),
-            "runs": [d.as_dict() for d in deliveries]}
+    measured: list[dict[str, Any]] = []
+    for dialogs in shapes:
+        single_rates: list[float] = []
+        deliveries: list[DeliveryRun] = []
+        for run in range(runs):
+            rate = single_database_send(n, dialogs)
+            single_rates.append(rate)
+            log(f"{dialogs} dialog(s), run {run + 1}/{runs}: one database, 100 SENDs per transaction: "
+                f"{rate:,.0f} msg/s")
+            result = delivery_once(n, dialogs)
+            deliveries.append(result)
+            log(f"{dialogs} dialog(s), run {run + 1}/{runs}: A to B by the runtime: {result.rate:,.0f} msg/s "
+                f"(preload SEND {result.send_rate:,.0f} msg/s)")
+        measured.append({"dialogs": dialogs, "single_send100": Summary.of(single_rates).as_dict(),
+                         "delivery": Summary.of([d.rate for d in deliveries]).as_dict(),
+                         "send_held": Summary.of([d.send_rate for d in deliveries]).as_dict(),
+                         "runs": [d.as_dict() for d in deliveries]})
+    return {"messages": n, "shapes": measured}
 
 
 # -- commit-to-RECEIVE latency -----------------------------------------------------------------
@@ -297,9 +323,9 @@ def run_latency(samples: int, log: Log) -> list[dict[str, Any]]:
     return out
 
 
-def run(runs: int, n: int, dialogs: int, samples: int, log: Log) -> dict[str, Any]:
+def run(runs: int, n: int, shapes: tuple[int, ...], samples: int, log: Log) -> dict[str, Any]:
     """Both parts: what ``bench/run.py`` keeps under ``results["between"]``."""
-    return {"delivery": run_delivery(runs, n, dialogs, log), "latency": run_latency(samples, log)}
+    return {"delivery": run_delivery(runs, n, shapes, log), "latency": run_latency(samples, log)}
 
 
 # -- tables ---------------------------------------------------------------------------------------
@@ -309,24 +335,27 @@ def _status(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 
 
+def _spread(summary: dict[str, float]) -> list[str]:
+    return [f"{summary['median']:,.0f}", f"{summary['min']:,.0f}", f"{summary['max']:,.0f}"]
+
+
 def tables(between: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, header, rows) of the section, as ``report.tables`` gives them."""
     delivery = between["delivery"]
-    single, moved, held = delivery["single_send100"], delivery["delivery"], delivery["send_held"]
-    runs = len(delivery["runs"])
-    rates = [
-        ["one database: 100 SENDs per transaction", f"{single['median']:,.0f}", f"{single['min']:,.0f}",
-         f"{single['max']:,.0f}"],
-        [f"A to B: the runtime moves {delivery['messages']:,} held messages on {delivery['dialogs']} dialogs",
-         f"{moved['median']:,.0f}", f"{moved['min']:,.0f}", f"{moved['max']:,.0f}"],
-        ["A: 100 SENDs per transaction for B (held in the transmission queue)", f"{held['median']:,.0f}",
-         f"{held['min']:,.0f}", f"{held['max']:,.0f}"],
-    ]
+    rates: list[list[str]] = []
+    targets: list[list[str]] = []
+    runs = 0
+    for shape in delivery["shapes"]:
+        single, moved, held = shape["single_send100"], shape["delivery"], shape["send_held"]
+        runs, on = len(shape["runs"]), f"on {shape['dialogs']} dialog{'s' if shape['dialogs'] != 1 else ''}"
+        rates += [[f"one database: 100 SENDs per transaction {on}", *_spread(single)],
+                  [f"A to B: the runtime moves {delivery['messages']:,} held messages {on}", *_spread(moved)],
+                  [f"A: 100 SENDs per transaction for B {on} (held in the transmission queue)", *_spread(held)]]
+        ratio = moved["median"] / single["median"]
+        targets.append([f"delivery A to B / one database's batched SEND, {on}", f"{ratio:.2f} x",
+                        f">= {DELIVERY_TARGET}x", _status(ratio >= DELIVERY_TARGET)])
     latency_rows = [[item["where"], str(item["samples"]), f"{item['p50_ms']:.2f}", f"{item['p95_ms']:.2f}",
                      f"{item['mean_ms']:.2f}", f"{item['max_ms']:.2f}"] for item in between["latency"]]
-    ratio = moved["median"] / single["median"]
-    targets = [["delivery A to B / one database's batched SEND", f"{ratio:.2f} x", f">= {DELIVERY_TARGET}x",
-                _status(ratio >= DELIVERY_TARGET)]]
     targets += [[f"commit-to-RECEIVE p50, {item['where']}", f"{item['p50_ms']:.2f} ms",
                  f"<= {LATENCY_TARGET_MS:g} ms", _status(item["p50_ms"] <= LATENCY_TARGET_MS)]
                 for item in between["latency"]]
@@ -392,11 +421,22 @@ def profile(what: str, n: int, dialogs: int, html: str | None) -> None:
         print(profiler.output_text(unicode=True, color=sys.stdout.isatty()))
 
 
+def _shapes(text: str) -> tuple[int, ...]:
+    try:
+        shapes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        shapes = ()
+    if not shapes or min(shapes) < 1:
+        raise argparse.ArgumentTypeError("dialogs: positive whole numbers, comma-separated")
+    return shapes
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5, help="interleaved delivery measurements (default 5)")
     parser.add_argument("--n", type=int, default=10_000, help="messages per delivery measurement (default 10000)")
-    parser.add_argument("--dialogs", type=int, default=DIALOGS, help=f"dialogs they go on (default {DIALOGS})")
+    parser.add_argument("--dialogs", type=_shapes, default=DIALOG_SHAPES,
+                        help="numbers of dialogs they go on, comma-separated (default 1,100)")
     parser.add_argument("--samples", type=int, default=300, help="latency samples per setup (default 300)")
     parser.add_argument("--json", metavar="PATH", help="write the figures as JSON")
     parser.add_argument("--markdown", metavar="PATH", help="write the tables as markdown ('-' for stdout)")
@@ -406,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.n % BATCH:
         parser.error(f"--n must be a multiple of {BATCH}")
     if args.profile:
-        profile(args.profile, args.n, args.dialogs, args.html)
+        profile(args.profile, args.n, args.dialogs[0], args.html)
         return 0
     status = Console(stderr=True)
     between = run(args.runs, args.n, args.dialogs, args.samples, status.log)

@@ -184,7 +184,7 @@ def run_latency(args: argparse.Namespace, results: dict[str, Any], log: Any) -> 
 
 
 def run_between(args: argparse.Namespace, results: dict[str, Any], log: Any) -> None:
-    results["between"] = between_databases.run(args.runs, args.between_n, between_databases.DIALOGS,
+    results["between"] = between_databases.run(args.runs, args.between_n, between_databases.DIALOG_SHAPES,
                                                args.between_samples, log)
 
 

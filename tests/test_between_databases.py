@@ -129,13 +129,32 @@ def test_messages_keep_their_order_across_many_passes_and_batches(pair: Pair) ->
 # -- exactly once: duplicates, order, crashes between commit and acknowledgement --------------
 
 
-def frames_of(pair: Pair) -> list[MessageFrame]:
+def due_frames(pair: Pair) -> list[MessageFrame]:
     """The frames the transmitter would send now (read, not sent)."""
-    from broker.conversations.outbound import due_messages, frame_of
+    from broker.conversations.outbound import due_messages, frames_of
     with pair.initiator.transaction() as tx:
         catalog = tx.run(lambda ctx: ctx.catalog)
         due = tx.run(lambda ctx: due_messages(ctx, 100))
-    return [frame_of(catalog, m, str(pair.target.service_broker_guid)) for m in due]
+    return frames_of(catalog, due, str(pair.target.service_broker_guid))
+
+
+def test_a_message_waits_behind_an_earlier_one_of_its_dialog_that_backs_off(pair: Pair) -> None:
+    from broker.conversations.outbound import due_messages, wait
+    first = pair.begin(b"<m>0</m>")
+    other = pair.begin(b"<o>0</o>")
+    with pair.initiator.transaction() as tx:
+        for n in range(1, 4):
+            tx.send(first, REQUEST, f"<m>{n}</m>")
+        tx.send(other, REQUEST, "<o>1</o>")
+    with pair.initiator.transaction() as tx:
+        due = tx.run(lambda ctx: due_messages(ctx, 100))
+        second = next(m for m in due if m.conversation_handle == first and m.sequence == 1)
+        tx.run(lambda ctx: wait(ctx, [second], "refused for the test"))  # backs off for a while
+    with pair.initiator.transaction() as tx:
+        due = tx.run(lambda ctx: due_messages(ctx, 100))
+    # The dialog's message 0 still goes; 2 and 3 wait behind 1. The other dialog is not held up.
+    assert sorted((m.conversation_handle == first, m.sequence) for m in due) == [(False, 0), (False, 1), (True, 0)]
+    assert [m.sequence for m in due if m.conversation_handle == first] == [0]
 
 
 def apply(db: broker.Broker, frames: list[MessageFrame]) -> list[bool]:
@@ -147,7 +166,7 @@ def test_a_duplicate_is_acknowledged_again_and_never_enqueued_twice(pair: Pair) 
     handle = pair.begin(b"<m>0</m>")
     with pair.initiator.transaction() as tx:
         tx.send(handle, REQUEST, b"<m>1</m>")
-    frames = frames_of(pair)
+    frames = due_frames(pair)
     assert apply(pair.target, frames) == [True, True]
     # The acknowledgements were lost (the sender crashed before it settled them): it sends again.
     assert apply(pair.target, frames) == [True, True]
@@ -162,7 +181,7 @@ def test_a_message_ahead_of_a_gap_waits_with_status_2_until_the_gap_fills(pair: 
     with pair.initiator.transaction() as tx:
         tx.send(handle, REQUEST, b"<m>1</m>")
         tx.send(handle, REQUEST, b"<m>2</m>")
-    first, second, third = frames_of(pair)
+    first, second, third = due_frames(pair)
     assert apply(pair.target, [third, second]) == [True, True]  # 0 is missing
     assert [(m.status, m.message_sequence_number) for m in pair.target.queue_rows(TARGET_QUEUE)] == [(2, 2), (2, 1)]
     assert pair.endpoint(pair.target)["state"] == "SI"

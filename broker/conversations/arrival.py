@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 
 from sqlalchemy import select, update
 
@@ -56,22 +57,23 @@ INCOMPLETE = 2  # queue status of a message that arrived ahead of a missing one
 def arrive(ctx: TxContext, frames: Sequence[MessageFrame]) -> list[Receipt]:
     """Apply ``frames`` in this database's transaction; a receipt for each, in order."""
     here = str(ctx.catalog.broker_guid) if ctx.catalog.broker_enabled else None
-    return [_arrive(ctx, frame) if frame.to_broker == here else Receipt(frame.message_id, False, BROKER_NOT_FOUND)
-            for frame in frames]
+    moment = ctx.now()  # the enqueue time of the whole batch: one transaction, one moment
+    return [_arrive(ctx, frame, moment) if frame.to_broker == here
+            else Receipt(frame.message_id, False, BROKER_NOT_FOUND) for frame in frames]
 
 
-def _arrive(ctx: TxContext, frame: MessageFrame) -> Receipt:
+def _arrive(ctx: TxContext, frame: MessageFrame, moment: datetime) -> Receipt:
     receiver = ep.by_conversation(ctx, frame.conversation_id, not frame.from_initiator)
     if receiver is None:
         if not frame.from_initiator or frame.kind != "message":
             # The initiator has ended and gone, or an EndDialog / Error for a dialog
             # this side never heard of: nothing to deliver to.
             return Receipt(frame.message_id, True)
-        return _first_arrival(ctx, frame)
-    return _arrive_at(ctx, receiver, frame)
+        return _first_arrival(ctx, frame, moment)
+    return _arrive_at(ctx, receiver, frame, moment)
 
 
-def _first_arrival(ctx: TxContext, frame: MessageFrame) -> Receipt:
+def _first_arrival(ctx: TxContext, frame: MessageFrame, moment: datetime) -> Receipt:
     """The first message of a dialog to reach this database: create the target endpoint."""
     catalog = ctx.catalog
     service = catalog.services_by_name.get(frame.to_service)
@@ -92,10 +94,10 @@ def _first_arrival(ctx: TxContext, frame: MessageFrame) -> Receipt:
         state="CO" if frame.sequence == 0 else "SI", far_service=frame.from_service,
         far_broker_instance=frame.from_broker,
     )
-    return _arrive_at(ctx, receiver, frame)
+    return _arrive_at(ctx, receiver, frame, moment)
 
 
-def _arrive_at(ctx: TxContext, receiver: Endpoint, frame: MessageFrame) -> Receipt:
+def _arrive_at(ctx: TxContext, receiver: Endpoint, frame: MessageFrame, moment: datetime) -> Receipt:
     acknowledged = Receipt(frame.message_id, True)
     if receiver.state in ("DO", "CD"):
         if receiver.state == "DO" and frame.kind in ("end", "error"):
@@ -117,13 +119,13 @@ def _arrive_at(ctx: TxContext, receiver: Endpoint, frame: MessageFrame) -> Recei
         if not queue.enqueue_enabled:
             return Receipt(frame.message_id, False, queue_disabled(queue.name))
         if not _held_ahead(ctx, receiver, queue.table_name, frame.sequence):
-            enqueue(ctx, receiver, queue, frame.sequence, type_id, frame.body, status=INCOMPLETE)
+            enqueue(ctx, receiver, queue, frame.sequence, type_id, frame.body, status=INCOMPLETE, at=moment)
             if (receiver.last_out_of_order_sequence or -1) < frame.sequence:
                 receiver.last_out_of_order_sequence = frame.sequence
                 ep.set_endpoint(ctx, receiver.conversation_handle, last_out_of_order_sequence=frame.sequence)
         return acknowledged
     if queue.enqueue_enabled:
-        enqueue(ctx, receiver, queue, frame.sequence, type_id, frame.body)
+        enqueue(ctx, receiver, queue, frame.sequence, type_id, frame.body, at=moment)
     else:
         park(ctx, receiver, queue, frame.sequence, type_id, frame.body)
     after_arrival(ctx, receiver, frame.sequence, frame.kind)

@@ -16,7 +16,7 @@ destination; a local retry leaves such messages alone.
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from sqlalchemy import Row, bindparam, delete, insert, select, update
@@ -101,13 +101,15 @@ def enqueue(
     message_type_id: int,
     body: bytes | None,
     status: int = 1,
+    at: datetime | None = None,
 ) -> None:
-    """Insert one message for ``receiver`` into ``queue`` (already checked to accept it)."""
+    """Insert one message for ``receiver`` into ``queue`` (already checked to accept it),
+    enqueued now or ``at`` (a batch of arrivals shares one moment)."""
     # A QueueRow's fields after queuing_order, which the database assigns.
     queue_statements(queue.table_name).insert.defer(ctx.kept, (
         status, receiver.priority, receiver.conversation_group_id, receiver.conversation_handle, sequence,
         receiver.service_id, receiver.service_contract_id, message_type_id,
-        ctx.catalog.message_types[message_type_id].validation, body, ctx.now(), _rank(message_type_id),
+        ctx.catalog.message_types[message_type_id].validation, body, at or ctx.now(), _rank(message_type_id),
     ))
     if status == 1 and queue.id not in ctx.touched_queues:
         ctx.touched_queues.add(queue.id)

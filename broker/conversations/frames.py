@@ -8,21 +8,21 @@ name, the lifetime as a moment. The destination answers every frame with a
 the message), or refused with the reason the message must wait, and possibly a broker
 error that ends the sender's side of the dialog (-8408, -9615, -8498).
 
-The transport (``broker.transport``) moves frames and receipts; it adds nothing.
+The transport (``broker.transport``) moves frames and receipts; it adds nothing. They
+are named tuples: the transmitter makes one of each per message, and a tuple is built
+several times faster than a frozen dataclass.
 """
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Literal, NamedTuple
 
 Kind = Literal["message", "end", "error"]
 
 
-@dataclass(frozen=True, slots=True)
-class MessageFrame:
+class MessageFrame(NamedTuple):
     """One sequenced message on its way to the far endpoint of its dialog."""
 
     message_id: int  # the sender's transmission queue row: what the receipt names
@@ -40,8 +40,7 @@ class MessageFrame:
     lifetime: datetime
 
 
-@dataclass(frozen=True, slots=True)
-class BrokerErrorNote:
+class BrokerErrorNote(NamedTuple):
     """An error the destination's broker raised on the dialog: the sender's endpoint
     receives it as an Error message and moves to ER."""
 
@@ -49,8 +48,7 @@ class BrokerErrorNote:
     description: str
 
 
-@dataclass(frozen=True, slots=True)
-class Receipt:
+class Receipt(NamedTuple):
     """The destination's answer to one frame, valid once its transaction committed."""
 
     message_id: int
@@ -59,8 +57,7 @@ class Receipt:
     error: BrokerErrorNote | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Delivery:
+class Delivery(NamedTuple):
     """The receipts of one batch of frames, and who gave them."""
 
     broker_instance: str

@@ -14,11 +14,10 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
-from sqlalchemy import bindparam, case, delete, func, or_, select, update
+from sqlalchemy import bindparam, case, delete, func, select, update
 
 from broker.conversations import endpoints as ep
 from broker.conversations.delivery import ERROR_RECEIVED, broker_error, retry_held
@@ -38,9 +37,9 @@ _DUE_COLUMNS = (
 DELETE_CHUNK = 250  # message ids per DELETE ... IN (...), repeated to fill the last
 
 
-@dataclass(frozen=True, slots=True)
-class OutboundMessage:
-    """A message in the transmission queue, with what routing and its frame need."""
+class OutboundMessage(NamedTuple):
+    """A message in the transmission queue, with what routing and its frame need (a
+    named tuple: made from each row the transmitter reads, so made cheaply)."""
 
     message_id: int
     conversation_handle: uuid.UUID
@@ -75,7 +74,7 @@ def due_messages(ctx: TxContext, limit: int) -> list[OutboundMessage]:
     """Outbound messages due for an attempt, in the order they go out: by message id,
     within each priority from the highest when HONOR_BROKER_PRIORITY is ON. Reads only."""
     statement = _DUE_BY_PRIORITY if ctx.catalog.honor_broker_priority else _DUE
-    return [OutboundMessage(*row) for row in statement.all(ctx.conn, p_now=ctx.now(), p_limit=limit)]
+    return list(map(OutboundMessage._make, statement.all(ctx.conn, p_now=ctx.now(), p_limit=limit)))
 
 
 def next_due(ctx: TxContext) -> datetime | None:
@@ -84,17 +83,17 @@ def next_due(ctx: TxContext) -> datetime | None:
     return moment
 
 
-def frame_of(catalog: Catalog, message: OutboundMessage, destination: str) -> MessageFrame:
-    """The frame that carries ``message`` (of the database ``catalog`` describes) to the
+def frames_of(catalog: Catalog, messages: Sequence[OutboundMessage], destination: str) -> list[MessageFrame]:
+    """The frames that carry ``messages`` (of the database ``catalog`` describes) to the
     database whose broker instance is ``destination``."""
-    return MessageFrame(
-        message_id=message.message_id, conversation_id=message.conversation_id,
-        from_initiator=message.from_initiator, from_service=message.from_service,
-        from_broker=str(catalog.broker_guid), to_service=message.to_service, to_broker=destination,
-        contract=catalog.contracts[message.contract_id].name,
-        message_type=catalog.message_types[message.message_type_id].name,
-        sequence=message.sequence, kind=message.kind, body=message.body, lifetime=message.lifetime,
-    )
+    here = str(catalog.broker_guid)
+    contracts = {i: c.name for i, c in catalog.contracts.items()}
+    message_types = {i: t.name for i, t in catalog.message_types.items()}
+    return [MessageFrame(
+        m.message_id, m.conversation_id, m.from_initiator, m.from_service, here, m.to_service, destination,
+        contracts[m.contract_id], message_types[m.message_type_id], m.sequence,
+        "error" if m.is_error else "end" if m.is_end else "message", m.body, m.lifetime,
+    ) for m in messages]
 
 
 def claim(ctx: TxContext, handles: Iterable[uuid.UUID]) -> set[uuid.UUID]:
@@ -189,13 +188,14 @@ def _forget(ctx: TxContext, message_ids: list[int], far_broker: str) -> set[int]
 
 def _due(*order: Any) -> Prepared:
     """Outbound messages due now, in ``order``: a message waits behind every earlier
-    message of its dialog that is not due, so a dialog is never reordered, whatever the
-    back-off of each message."""
+    message of its dialog that is backing off, so a dialog is never reordered, whatever
+    the back-off of each message. (A message with no next attempt is held for a dialog in
+    error, whose messages never leave: it needs no check.) The check is one seek in
+    ``ix_sb_transmission_queue_handle_due``: only messages backing off match it."""
     earlier = _t.alias("earlier")
     waiting_before = select(earlier.c.message_id).where(
-        earlier.c.conversation_handle == _t.c.conversation_handle, earlier.c.to_conversation_handle.is_(None),
-        earlier.c.message_sequence_number < _t.c.message_sequence_number,
-        or_(earlier.c.next_attempt_time.is_(None), earlier.c.next_attempt_time > bindparam("p_now")))
+        earlier.c.conversation_handle == _t.c.conversation_handle, earlier.c.next_attempt_time > bindparam("p_now"),
+        earlier.c.to_conversation_handle.is_(None), earlier.c.message_sequence_number < _t.c.message_sequence_number)
     return Prepared(
         select(*_DUE_COLUMNS).join(_e, _e.c.conversation_handle == _t.c.conversation_handle)
         .where(_t.c.to_conversation_handle.is_(None), _t.c.next_attempt_time <= bindparam("p_now"),

@@ -32,7 +32,7 @@ from broker.conversations.outbound import (
     claim,
     deliver_here,
     due_messages,
-    frame_of,
+    frames_of,
     hold_for_the_application,
     next_due,
     settle,
@@ -125,7 +125,7 @@ class Transmitter:
         plan = _plan(look.messages, origin, catalog, directory)
         deliveries: list[tuple[Delivery, dict[int, OutboundMessage]]] = []
         for destination, batch in plan.by_destination.items():
-            frames = [frame_of(catalog, m, destination) for m in batch]
+            frames = frames_of(catalog, batch, destination)
             try:
                 delivery = transport.deliver(destination, frames)
             except TransportError as error:

@@ -218,6 +218,9 @@ class TransmissionQueueEntry(Base):
     __tablename__ = "sb_transmission_queue"
     __table_args__ = (
         Index("ix_sb_transmission_queue_handle_seq", "conversation_handle", "message_sequence_number"),
+        # Whether a dialog has an earlier message still backing off: one seek per message
+        # the transmitter reads, however long the dialog's backlog (``outbound.due_messages``).
+        Index("ix_sb_transmission_queue_handle_due", "conversation_handle", "next_attempt_time"),
     )
 
     message_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

@@ -63,7 +63,21 @@ def _as_utc(value: datetime) -> datetime:
     return value if value.tzinfo is UTC else value.astimezone(UTC)
 
 
+# The last moment written and its text: a batch of arrivals shares one enqueue time.
+_last_utc: tuple[datetime | None, str | None] = (None, None)
+
+
 def _utc_text(value: datetime | None) -> str | None:
+    global _last_utc
+    last, text = _last_utc
+    if value is last:
+        return text
+    text = _utc_text_of(value)
+    _last_utc = (value, text)
+    return text
+
+
+def _utc_text_of(value: datetime | None) -> str | None:
     if value is None:
         return None
     # SQLAlchemy's SQLite DATETIME storage format ("2026-11-22 23:59:59.000123"), so

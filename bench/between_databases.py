@@ -1,41 +1,51 @@
-"""Between two SQLite databases of one instance: sustained delivery and commit-to-RECEIVE.
+"""Between two SQLite databases, of one instance or of two: sustained delivery and commit-to-RECEIVE.
 
-    python bench/between_databases.py [--runs 5] [--n 10000] [--dialogs 1,100] [--samples 300]
+    python bench/between_databases.py [--instances] [--runs 5] [--n 10000] [--dialogs 1,100] [--samples 300]
                                       [--json results.json] [--markdown -]
-    python bench/between_databases.py --profile delivery|send [--html out.html]
+    python bench/between_databases.py [--instances] --profile delivery|send [--html out.html]
 
-Also ``python bench/run.py --sections between``. Every figure uses 1 KiB bodies (``common.body``).
+Also ``python bench/run.py --sections between,between-instances``. Every figure uses 1 KiB
+bodies (``common.body``).
 
-* **Delivery**, once per number of dialogs in ``--dialogs``. A fresh instance (catalog,
-  database A with the initiator service, B with the target service, all SQLite files) and
-  that many dialogs begun in A. One message
-  per dialog goes across first, with the runtime running, so that every dialog is
-  acknowledged (as a dialog in use is). Then, with no runtime, ``--n`` messages are sent
-  in A, 100 SENDs per transaction, round robin over the dialogs: they wait in A's
-  transmission queue (this preload is timed too, "SEND for another database"). Then
-  ``inst.runtime()`` starts in this process and the clock runs until A's transmission
-  queue is empty (a plain read-only sqlite3 connection looks every ``POLL_S``): every
-  message acknowledged, so committed in B. Afterwards B's queue must hold every message
-  once, in order per dialog. Compared with the single database's batched SEND of the
-  same messages on the same number of dialogs (100 SENDs per transaction, round robin:
-  with one dialog, ``throughput.py``'s "servicebroker/send100"), measured in the same run,
-  interleaved; target: at least ``DELIVERY_TARGET`` times that rate, for every number of
-  dialogs. (Spreading the messages over dialogs costs the single database too: it
-  updates as many endpoints and index pages per transaction. So each shape is compared
-  with its own.)
-* **Commit-to-RECEIVE latency** with the runtime running, after a warm-up message: a
+The topology (``Pair``): database A holds the initiator service, B the target service,
+every file SQLite. Without ``--instances`` both are databases of one instance (issue 13),
+moved by its runtime's transmitter in process. With ``--instances`` each is the one
+database of an instance of its own (issue 14): each instance has an endpoint on a free
+loopback port with a certificate of its own, trusting the other's, and A routes B's
+service to ``TCP://127.0.0.1:port`` of B's endpoint (and B A's back), so every message
+crosses a TCP connection with mutual TLS.
+
+* **Delivery**, once per number of dialogs in ``--dialogs``. A fresh pair and that many
+  dialogs begun in A. One message per dialog goes across first, with the runtimes
+  running, so that every dialog is acknowledged (as a dialog in use is). Then, with no
+  runtime, ``--n`` messages are sent in A, 100 SENDs per transaction, round robin over
+  the dialogs: they wait in A's transmission queue (this preload is timed too, "SEND for
+  another database"). Then ``pair.runtime()`` starts every instance's runtime in this
+  process and the clock runs until A's transmission queue is empty (a plain read-only
+  sqlite3 connection looks every ``POLL_S``): every message acknowledged, so committed
+  in B. Afterwards B's queue must hold every message once, in order per dialog. Compared
+  with the single database's batched SEND of the same messages on the same number of
+  dialogs (100 SENDs per transaction, round robin: with one dialog, ``throughput.py``'s
+  "servicebroker/send100"), measured in the same run, interleaved; target: at least
+  ``DELIVERY_TARGET`` times that rate, for every number of dialogs. (Spreading the
+  messages over dialogs costs the single database too: it updates as many endpoints and
+  index pages per transaction. So each shape is compared with its own.)
+* **Commit-to-RECEIVE latency** with the runtimes running, after a warm-up message: a
   receiver blocks in ``tx.receive(queue, 1, timeout=...)`` in B, the sender SENDs in A
   and takes the clock just before its commit, the receiver on return, as
   ``latency.py`` does (random 5-60 ms pauses, so samples fall at every point of the
-  waiters' back-offs). Two setups: everything in one process (runtime, receiver thread,
-  sender), and the runtime in its own process (as ``broker --instance URL run``), the
-  receiver in another and the sender in this one. Target: p50 at most
+  waiters' back-offs). Two setups: everything in one process (runtimes, receiver thread,
+  sender), and each instance's runtime in a process of its own (as ``broker --instance
+  URL run``), the receiver in another and the sender in this one. Target: p50 at most
   ``LATENCY_TARGET_MS``.
 
 ``--profile delivery`` runs pyinstrument over the transmitter's passes moving a preloaded
 backlog (``Transmitter.run_pass`` called in this thread until the queue is empty: the
-runtime's work without its waits); ``--profile send`` over the preload's SENDs. Both on
-the first number of ``--dialogs``.
+runtime's work without its waits; between instances through the endpoint of a runtime
+of A's instance catalog that serves no database, while B's instance's runtime serves B
+in this process's other threads, which the profile does not see); ``--profile send``
+over the preload's SENDs.
+Both on the first number of ``--dialogs``.
 """
 
 from __future__ import annotations
@@ -45,11 +55,13 @@ import gc
 import json
 import multiprocessing as mp
 import random
+import socket
 import sqlite3
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -66,31 +78,43 @@ from bench.common import Summary, body, counter_of, scratch_dir
 from bench.latency import PAUSE_S, WAIT_S, LatencyResult, _child, _receive_one, round_trips
 from bench.scenarios import INITIATOR, INITIATOR_QUEUE, TARGET, TARGET_QUEUE, make_broker
 from bench.throughput import BATCH
+from broker.ddl.certificates import create_certificate
+from broker.runtime.instance import InstanceRuntime
+from broker.runtime.transmitter import Transmitter
 
 DELIVERY_TARGET = 0.5
 DIALOG_SHAPES = (1, 100)  # the delivery is measured on one dialog and on many
 LATENCY_TARGET_MS = 20.0
 POLL_S = 0.002             # how often the delivery figure looks at A's transmission queue
 DRAIN_DEADLINE_S = 600.0   # a delivery that takes longer than this fails the benchmark
-ONE_PROCESS = "one process (runtime, receiver thread, sender)"
-THREE_PROCESSES = "runtime, receiver and sender in three processes"
+WARM_UP_DEADLINE_S = 120.0  # as do warm-up messages (one per dialog) that take longer than this
+PORTS = (20000, 32000)     # endpoints listen on free loopback ports in this range
+DATABASES, INSTANCES = "databases", "instances"
+TITLES = {DATABASES: "Between databases", INSTANCES: "Between instances (TCP, mutual TLS)"}
+MOVED_BY = {DATABASES: "A to B: the runtime moves", INSTANCES: "A to B over TLS: the two runtimes move"}
+ONE_PROCESS = {DATABASES: "one process (runtime, receiver thread, sender)",
+               INSTANCES: "one process (both runtimes, receiver thread, sender)"}
+PROCESSES = {DATABASES: "runtime, receiver and sender in three processes",
+             INSTANCES: "a runtime per instance, receiver and sender in four processes"}
 Log = Callable[[str], None]
 
 
 @dataclass
 class Pair:
-    """An instance of three SQLite files: the catalog, A (initiator) and B (target)."""
+    """A (initiator) and B (target), SQLite files: two databases of one instance, or each
+    the one database of an instance of its own, the two joined by their endpoints."""
 
     directory: Path
-    inst: broker.Instance
+    instances: list[broker.Instance]  # B's first: its endpoint listens before A's transmitter dials
+    catalog_urls: list[str]           # the instance catalogs, in the same order
     a: broker.Broker
     b: broker.Broker
     handles: list[uuid.UUID]
     watcher: sqlite3.Connection  # read-only, on A's file: counts the transmission queue without a lock
 
     @property
-    def catalog_url(self) -> str:
-        return f"sqlite:///{self.directory / 'instance.db'}"
+    def topology(self) -> str:
+        return INSTANCES if len(self.instances) > 1 else DATABASES
 
     @property
     def b_url(self) -> str:
@@ -100,24 +124,82 @@ class Pair:
         """Rows in A's transmission queue (each look is a read transaction of its own)."""
         return int(self.watcher.execute("SELECT count(*) FROM sb_transmission_queue").fetchone()[0])
 
+    def drain(self, deadline_s: float, what: str) -> None:
+        """Wait until A's transmission queue is empty; fail with why its messages wait."""
+        try:
+            wait_for(lambda: self.held_in_a() == 0, deadline_s, what)
+        except RuntimeError as late:
+            statuses = self.watcher.execute("SELECT count(*), transmission_status FROM sb_transmission_queue "
+                                            "GROUP BY transmission_status").fetchall()
+            raise RuntimeError(f"{late}; still held in A: {statuses}") from None
+
+    @contextmanager
+    def runtime(self) -> Iterator[None]:
+        """Every instance's runtime, in this process: B's starts first and stops last."""
+        with ExitStack() as stack:
+            for inst in self.instances:
+                stack.enter_context(inst.runtime())
+            yield
+
     def dispose(self) -> None:
         self.watcher.close()
-        self.inst.dispose()
+        for inst in self.instances:
+            inst.dispose()
 
 
-def make_pair(directory: Path, dialogs: int) -> Pair:
-    """A new instance with the two databases, their services, and ``dialogs`` dialogs begun in A."""
-    inst = broker.instance(f"sqlite:///{directory / 'instance.db'}")
-    a = inst.add_database("A", f"sqlite:///{directory / 'a.db'}")
-    b = inst.add_database("B", f"sqlite:///{directory / 'b.db'}")
+def make_pair(directory: Path, dialogs: int, *, instances: bool = False) -> Pair:
+    """A and B with their services and ``dialogs`` dialogs begun in A: two databases of a
+    new instance, or (``instances``) each in a new instance of its own, joined by endpoints."""
+    catalog_urls = [f"sqlite:///{directory / name}"
+                    for name in (("b-instance.db", "a-instance.db") if instances else ("instance.db",))]
+    opened = [broker.instance(url) for url in catalog_urls]
+    a = opened[-1].add_database("A", f"sqlite:///{directory / 'a.db'}")
+    b = opened[0].add_database("B", f"sqlite:///{directory / 'b.db'}")
     b.create_queue(TARGET_QUEUE)
     b.create_service(TARGET, TARGET_QUEUE, contracts=["DEFAULT"])
     a.create_queue(INITIATOR_QUEUE)
     a.create_service(INITIATOR, INITIATOR_QUEUE)
+    if instances:
+        join_instances(opened[-1], a, opened[0], b)
     with a.transaction() as tx:
         handles = [tx.begin_dialog(INITIATOR, TARGET) for _ in range(dialogs)]
     watcher = sqlite3.connect(f"file:{directory / 'a.db'}?mode=ro", uri=True)
-    return Pair(directory, inst, a, b, handles, watcher)
+    return Pair(directory, opened, catalog_urls, a, b, handles, watcher)
+
+
+def join_instances(a_side: broker.Instance, a: broker.Broker, b_side: broker.Instance, b: broker.Broker) -> None:
+    """An endpoint for each instance on a free loopback port, with a certificate of its own
+    and trusting the other's; in each database a route to the other's service, and in A a
+    remote service binding for B's (the tutorial "Completing a Conversation Between Instances")."""
+    a_port, b_port = free_ports(2)
+    a_certificate, a_key = create_certificate("bench instance A")
+    b_certificate, b_key = create_certificate("bench instance B")
+    a_side.create_endpoint("BenchEndpointA", a_port, listener_ip="127.0.0.1", certificate=a_certificate,
+                           private_key=a_key, trusted_peers=[b_certificate])
+    b_side.create_endpoint("BenchEndpointB", b_port, listener_ip="127.0.0.1", certificate=b_certificate,
+                           private_key=b_key, trusted_peers=[a_certificate])
+    a.create_route("BenchToB", f"TCP://127.0.0.1:{b_port}", service_name=TARGET)
+    # Dialogs begin WITH ENCRYPTION = ON (the default): dialog security needs a binding.
+    a.create_remote_service_binding("BenchBindingB", TARGET, "BenchUserB")
+    b.create_route("BenchToA", f"TCP://127.0.0.1:{a_port}", service_name=INITIATOR)
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` different ports in ``PORTS`` that are free on 127.0.0.1 now."""
+    rng = random.Random()
+    with ExitStack() as probes:
+        ports: list[int] = []
+        for _ in range(200 * count):
+            port = rng.randint(*PORTS)
+            probe = probes.enter_context(socket.socket())
+            try:
+                probe.bind(("127.0.0.1", port))  # held until all are found, so they differ
+            except OSError:
+                continue
+            ports.append(port)
+            if len(ports) == count:
+                return ports
+    raise RuntimeError(f"no {count} free ports between {PORTS[0]} and {PORTS[1]}")
 
 
 def wait_for(condition: Callable[[], bool], deadline_s: float, what: str, interval: float = POLL_S) -> None:
@@ -130,12 +212,12 @@ def wait_for(condition: Callable[[], bool], deadline_s: float, what: str, interv
 
 
 def acknowledge_every_dialog(pair: Pair) -> None:
-    """One message per dialog across and acknowledged, with the runtime running."""
+    """One message per dialog across and acknowledged, with the runtimes running."""
     with pair.a.transaction() as tx:
         for handle in pair.handles:
             tx.send(handle, body=body(-1))
-    with pair.inst.runtime():
-        wait_for(lambda: pair.held_in_a() == 0, DRAIN_DEADLINE_S, "the warm-up messages")
+    with pair.runtime():
+        pair.drain(WARM_UP_DEADLINE_S, "the warm-up messages")
 
 
 def preload(pair: Pair, n: int) -> float:
@@ -158,7 +240,7 @@ def check_arrived(pair: Pair, n: int) -> None:
     got = sorted(counters for counters in by_dialog.values())
     expected = sorted([-1, *range(d, n, dialogs)] for d in range(dialogs))
     if len(by_dialog) != dialogs or got != expected:
-        raise RuntimeError("delivery between databases: messages lost, duplicated or out of order")
+        raise RuntimeError(f"delivery between {pair.topology}: messages lost, duplicated or out of order")
 
 
 @dataclass(frozen=True)
@@ -175,10 +257,10 @@ class DeliveryRun:
         return asdict(self)
 
 
-def delivery_once(n: int, dialogs: int) -> DeliveryRun:
-    """Preload ``n`` messages held in A, then time the runtime moving them all to B."""
+def delivery_once(n: int, dialogs: int, instances: bool) -> DeliveryRun:
+    """Preload ``n`` messages held in A, then time the runtimes moving them all to B."""
     with scratch_dir("between") as directory:
-        pair = make_pair(directory, dialogs)
+        pair = make_pair(directory, dialogs, instances=instances)
         try:
             acknowledge_every_dialog(pair)
             send_seconds = preload(pair, n)
@@ -186,8 +268,8 @@ def delivery_once(n: int, dialogs: int) -> DeliveryRun:
                 raise RuntimeError("the preload did not leave every message in A's transmission queue")
             gc.collect()
             started = time.perf_counter()
-            with pair.inst.runtime():
-                wait_for(lambda: pair.held_in_a() == 0, DRAIN_DEADLINE_S, "delivery of the preloaded messages")
+            with pair.runtime():
+                pair.drain(DRAIN_DEADLINE_S, "delivery of the preloaded messages")
                 elapsed = time.perf_counter() - started
             check_arrived(pair, n)
         finally:
@@ -213,11 +295,12 @@ def single_database_send(n: int, dialogs: int) -> float:
             db.dispose()
 
 
-def run_delivery(runs: int, n: int, shapes: tuple[int, ...], log: Log) -> dict[str, Any]:
+def run_delivery(runs: int, n: int, shapes: tuple[int, ...], log: Log, instances: bool = False) -> dict[str, Any]:
     """For each number of dialogs, ``runs`` interleaved pairs of measurements: the single
-    database's batched SEND and the delivery between databases."""
+    database's batched SEND and the delivery between databases (or ``instances``)."""
     if n % BATCH:
         raise ValueError(f"the delivery's message count must be a multiple of {BATCH}")
+    moved_by = MOVED_BY[INSTANCES if instances else DATABASES]
     measured: list[dict[str, Any]] = []
     for dialogs in shapes:
         single_rates: list[float] = []
@@ -227,9 +310,9 @@ def run_delivery(runs: int, n: int, shapes: tuple[int, ...], log: Log) -> dict[s
             single_rates.append(rate)
             log(f"{dialogs} dialog(s), run {run + 1}/{runs}: one database, 100 SENDs per transaction: "
                 f"{rate:,.0f} msg/s")
-            result = delivery_once(n, dialogs)
+            result = delivery_once(n, dialogs, instances)
             deliveries.append(result)
-            log(f"{dialogs} dialog(s), run {run + 1}/{runs}: A to B by the runtime: {result.rate:,.0f} msg/s "
+            log(f"{dialogs} dialog(s), run {run + 1}/{runs}: {moved_by} them at {result.rate:,.0f} msg/s "
                 f"(preload SEND {result.send_rate:,.0f} msg/s)")
         measured.append({"dialogs": dialogs, "single_send100": Summary.of(single_rates).as_dict(),
                          "delivery": Summary.of([d.rate for d in deliveries]).as_dict(),
@@ -249,22 +332,22 @@ def _warm_up(pair: Pair) -> None:
         raise RuntimeError("the warm-up message did not arrive first")
 
 
-def latency_one_process(samples: int, seed: int = 3) -> LatencyResult:
-    """The runtime's threads, a receiver thread on B and the sender on A, in this process."""
+def latency_one_process(samples: int, instances: bool, seed: int = 3) -> LatencyResult:
+    """The runtimes' threads, a receiver thread on B and the sender on A, in this process."""
     with scratch_dir("between-latency") as directory:
-        pair = make_pair(directory, 1)
+        pair = make_pair(directory, 1, instances=instances)
         try:
-            with pair.inst.runtime():
+            with pair.runtime():
                 _warm_up(pair)
                 latencies = round_trips(pair.a, lambda tx, i: tx.send(pair.handles[0], body=body(i)), pair.b,
                                         samples, random.Random(seed))
         finally:
             pair.dispose()
-    return LatencyResult.of(ONE_PROCESS, latencies)
+    return LatencyResult.of(ONE_PROCESS[pair.topology], latencies)
 
 
 def _serve(catalog_url: str, pipe: Connection) -> None:
-    """The runtime process: serve the instance until the parent says stop."""
+    """A runtime process: serve the instance until the parent says stop."""
     inst = broker.instance(catalog_url)
     with inst.runtime():
         pipe.send("started")
@@ -272,21 +355,24 @@ def _serve(catalog_url: str, pipe: Connection) -> None:
     inst.dispose()
 
 
-def latency_three_processes(samples: int, seed: int = 4) -> LatencyResult:
-    """The runtime in a process of its own, the receiver in another, the sender here."""
+def latency_across_processes(samples: int, instances: bool, seed: int = 4) -> LatencyResult:
+    """Each instance's runtime in a process of its own, the receiver in another, the sender here."""
     rng = random.Random(seed)
     context = mp.get_context("spawn")
     with scratch_dir("between-latency-mp") as directory:
-        pair = make_pair(directory, 1)
-        runtime_end, runtime_child = context.Pipe()
+        pair = make_pair(directory, 1, instances=instances)
+        runtimes: list[tuple[mp.process.BaseProcess, Connection]] = []
         receiver_end, receiver_child = context.Pipe()
-        runtime = context.Process(target=_serve, args=(pair.catalog_url, runtime_child))
         receiver = context.Process(target=_child, args=(pair.b_url, samples, receiver_child))
         latencies: list[int] = []
         try:
-            runtime.start()
-            if not runtime_end.poll(120) or runtime_end.recv() != "started":
-                raise RuntimeError("the runtime process did not start")
+            for url in pair.catalog_urls:  # B's first: its endpoint listens before A's transmitter dials
+                runtime_end, runtime_child = context.Pipe()
+                runtime = context.Process(target=_serve, args=(url, runtime_child))
+                runtimes.append((runtime, runtime_end))
+                runtime.start()
+                if not runtime_end.poll(120) or runtime_end.recv() != "started":
+                    raise RuntimeError("a runtime process did not start")
             _warm_up(pair)
             receiver.start()
             for i in range(samples):
@@ -303,29 +389,40 @@ def latency_three_processes(samples: int, seed: int = 4) -> LatencyResult:
                     raise RuntimeError(f"expected message {i}, got {counter}")
                 latencies.append(received_at - sent_at)
         finally:
-            if runtime.is_alive():
-                runtime_end.send("stop")
-            for process in (receiver, runtime):  # the receiver ends after its last sample
-                if process.pid is not None:
-                    process.join(WAIT_S * 2)
-                    if process.is_alive():
-                        process.terminate()
+            _end(receiver)  # it ends after its last sample
+            for runtime, runtime_end in reversed(runtimes):  # A's stops before B's, whose endpoint A dials
+                _end(runtime, runtime_end)
             pair.dispose()
-    return LatencyResult.of(THREE_PROCESSES, latencies)
+    return LatencyResult.of(PROCESSES[pair.topology], latencies)
 
 
-def run_latency(samples: int, log: Log) -> list[dict[str, Any]]:
+def _end(process: mp.process.BaseProcess, stop: Connection | None = None) -> None:
+    """Ask a started process to stop (through ``stop``), wait for it, terminate it if it does not end."""
+    if process.pid is None:
+        return
+    if stop is not None and process.is_alive():
+        stop.send("stop")
+    process.join(WAIT_S * 2)
+    if process.is_alive():
+        process.terminate()
+
+
+def run_latency(samples: int, log: Log, instances: bool = False) -> list[dict[str, Any]]:
     out = []
-    for measure in (latency_one_process, latency_three_processes):
-        result = measure(samples)
-        log(f"between databases, {result.where}: p50 {result.p50_ms:.2f} ms, p95 {result.p95_ms:.2f} ms")
+    for measure in (latency_one_process, latency_across_processes):
+        result = measure(samples, instances)
+        log(f"between {INSTANCES if instances else DATABASES}, {result.where}: p50 {result.p50_ms:.2f} ms, "
+            f"p95 {result.p95_ms:.2f} ms")
         out.append(result.as_dict())
     return out
 
 
-def run(runs: int, n: int, shapes: tuple[int, ...], samples: int, log: Log) -> dict[str, Any]:
-    """Both parts: what ``bench/run.py`` keeps under ``results["between"]``."""
-    return {"delivery": run_delivery(runs, n, shapes, log), "latency": run_latency(samples, log)}
+def run(runs: int, n: int, shapes: tuple[int, ...], samples: int, log: Log, instances: bool = False) -> dict[str, Any]:
+    """Both parts: what ``bench/run.py`` keeps under ``results["between"]`` (between
+    databases) or ``results["between_instances"]``."""
+    return {"topology": INSTANCES if instances else DATABASES,
+            "delivery": run_delivery(runs, n, shapes, log, instances),
+            "latency": run_latency(samples, log, instances)}
 
 
 # -- tables ---------------------------------------------------------------------------------------
@@ -341,6 +438,8 @@ def _spread(summary: dict[str, float]) -> list[str]:
 
 def tables(between: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, header, rows) of the section, as ``report.tables`` gives them."""
+    topology = between.get("topology", DATABASES)  # runs saved before there were two topologies
+    title = TITLES[topology]
     delivery = between["delivery"]
     rates: list[list[str]] = []
     targets: list[list[str]] = []
@@ -349,10 +448,10 @@ def tables(between: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
         single, moved, held = shape["single_send100"], shape["delivery"], shape["send_held"]
         runs, on = len(shape["runs"]), f"on {shape['dialogs']} dialog{'s' if shape['dialogs'] != 1 else ''}"
         rates += [[f"one database: 100 SENDs per transaction {on}", *_spread(single)],
-                  [f"A to B: the runtime moves {delivery['messages']:,} held messages {on}", *_spread(moved)],
+                  [f"{MOVED_BY[topology]} {delivery['messages']:,} held messages {on}", *_spread(moved)],
                   [f"A: 100 SENDs per transaction for B {on} (held in the transmission queue)", *_spread(held)]]
         ratio = moved["median"] / single["median"]
-        targets.append([f"delivery A to B / one database's batched SEND, {on}", f"{ratio:.2f} x",
+        targets.append([f"delivery A to B / one database's batched SEND, {on}", f"{ratio:.3f} x",
                         f">= {DELIVERY_TARGET}x", _status(ratio >= DELIVERY_TARGET)])
     latency_rows = [[item["where"], str(item["samples"]), f"{item['p50_ms']:.2f}", f"{item['p95_ms']:.2f}",
                      f"{item['mean_ms']:.2f}", f"{item['max_ms']:.2f}"] for item in between["latency"]]
@@ -360,11 +459,11 @@ def tables(between: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
                  f"<= {LATENCY_TARGET_MS:g} ms", _status(item["p50_ms"] <= LATENCY_TARGET_MS)]
                 for item in between["latency"]]
     return [
-        (f"Between databases: throughput, 1 KiB bodies (messages/s, {runs} runs)",
-         ["operation", "median", "min", "max"], rates),
-        ("Between databases: commit in A to RECEIVE in B (ms)", ["where", "samples", "p50", "p95", "mean", "max"],
+        (f"{title}: throughput, 1 KiB bodies (messages/s, {runs} runs)", ["operation", "median", "min", "max"],
+         rates),
+        (f"{title}: commit in A to RECEIVE in B (ms)", ["where", "samples", "p50", "p95", "mean", "max"],
          latency_rows),
-        ("Between databases: targets", ["figure", "value", "target", "status"], targets),
+        (f"{title}: targets", ["figure", "value", "target", "status"], targets),
     ]
 
 
@@ -392,15 +491,13 @@ def markdown(between: dict[str, Any]) -> str:
 # -- profiling ------------------------------------------------------------------------------------
 
 
-def profile(what: str, n: int, dialogs: int, html: str | None) -> None:
+def profile(what: str, n: int, dialogs: int, html: str | None, instances: bool = False) -> None:
     """pyinstrument over the transmitter's passes (``delivery``) or the preload (``send``)."""
     from pyinstrument import Profiler
 
-    from broker.runtime.transmitter import Transmitter
-
     profiler = Profiler(interval=0.0002)
     with scratch_dir("between-profile") as directory:
-        pair = make_pair(directory, dialogs)
+        pair = make_pair(directory, dialogs, instances=instances)
         try:
             acknowledge_every_dialog(pair)
             if what == "send":
@@ -408,8 +505,7 @@ def profile(what: str, n: int, dialogs: int, html: str | None) -> None:
                     preload(pair, n)
             else:
                 preload(pair, n)
-                transmitter = Transmitter(lambda: list(pair.inst.databases.values()))
-                with profiler:
+                with transmitter_of(pair) as transmitter, profiler:
                     while transmitter.run_pass()[0]:
                         pass
                 check_arrived(pair, n)
@@ -419,6 +515,22 @@ def profile(what: str, n: int, dialogs: int, html: str | None) -> None:
         Path(html).write_text(profiler.output_html())
     else:
         print(profiler.output_text(unicode=True, color=sys.stdout.isatty()))
+
+
+@contextmanager
+def transmitter_of(pair: Pair) -> Iterator[Transmitter]:
+    """A transmitter over A's transmission queue for the caller to drive: the runtime's
+    work without its thread. Between instances it sends through the endpoint of a runtime
+    of A's instance catalog that serves no database (so its own transmitter has nothing to
+    do), while B's instance's runtime serves B."""
+    if pair.topology == DATABASES:
+        yield Transmitter(lambda: list(pair.instances[0].databases.values()))
+        return
+    # B's runtime starts first and stops last: its endpoint never closes a connection under A's.
+    with pair.instances[0].runtime(), InstanceRuntime(lambda: [], catalog=pair.instances[-1].msdb) as endpoint_only:
+        if endpoint_only.endpoint is None:
+            raise RuntimeError("A's instance serves no endpoint")
+        yield Transmitter(lambda: [pair.a], network=endpoint_only.endpoint)
 
 
 def _shapes(text: str) -> tuple[int, ...]:
@@ -433,6 +545,8 @@ def _shapes(text: str) -> tuple[int, ...]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--instances", action="store_true",
+                        help="A and B in two instances joined by endpoints over TLS, not two databases of one")
     parser.add_argument("--runs", type=int, default=5, help="interleaved delivery measurements (default 5)")
     parser.add_argument("--n", type=int, default=10_000, help="messages per delivery measurement (default 10000)")
     parser.add_argument("--dialogs", type=_shapes, default=DIALOG_SHAPES,
@@ -446,10 +560,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.n % BATCH:
         parser.error(f"--n must be a multiple of {BATCH}")
     if args.profile:
-        profile(args.profile, args.n, args.dialogs[0], args.html)
+        profile(args.profile, args.n, args.dialogs[0], args.html, args.instances)
         return 0
     status = Console(stderr=True)
-    between = run(args.runs, args.n, args.dialogs, args.samples, status.log)
+    between = run(args.runs, args.n, args.dialogs, args.samples, status.log, args.instances)
     print_rich(between, Console())
     if args.json:
         Path(args.json).write_text(json.dumps(between, indent=2) + "\n")

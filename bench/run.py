@@ -7,8 +7,9 @@
 Sections (``--sections``): throughput (broker, persist-queue, huey, litequeue, raw
 sqlite3), e2e (two processes), depth (RECEIVE cost by queue depth), latency (WAITFOR
 wake-up), between (two databases of one instance: delivery by the runtime against the
-batched SEND, commit-to-RECEIVE latency; ``bench/between_databases.py``). A missed
-target is printed as MISS; it never makes the command fail.
+batched SEND, commit-to-RECEIVE latency; ``bench/between_databases.py``),
+between-instances (the same between two instances over TCP with mutual TLS; its
+``--instances``). A missed target is printed as MISS; it never makes the command fail.
 See docs/benchmarks.md.
 """
 
@@ -36,7 +37,8 @@ from bench import between_databases, e2e, latency, report, scenarios, throughput
 from bench.common import BODY_SIZE, scratch_dir
 from bench.peers import installed
 
-SECTIONS = ("throughput", "e2e", "depth", "latency", "between")
+SECTIONS = ("throughput", "e2e", "depth", "latency", "between", "between-instances")
+BETWEEN_KEYS = ("between", "between_instances")  # where the two between sections keep their results
 PACKAGES = ("servicebroker", "sqlalchemy", "persist-queue", "huey", "litequeue")
 
 
@@ -53,9 +55,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--e2e-n", type=int, help="messages per end-to-end run (default 2000)")
     parser.add_argument("--depth-samples", type=int, help="timed RECEIVEs per depth (default 2000)")
     parser.add_argument("--latency-samples", type=int, help="wake-ups per latency figure (default 100)")
-    parser.add_argument("--between-n", type=int, help="messages per delivery between databases (default 10000)")
+    parser.add_argument("--between-n", type=int,
+                        help="messages per delivery between databases or instances (default 10000)")
     parser.add_argument("--between-samples", type=int,
-                        help="commit-to-RECEIVE samples per setup between databases (default 300)")
+                        help="commit-to-RECEIVE samples per setup between databases or instances (default 300)")
     parser.add_argument("--json", metavar="PATH", help="write every figure and sample as JSON")
     parser.add_argument("--markdown", metavar="PATH", help="write the tables as markdown ('-' for stdout)")
     parser.add_argument("--from-json", metavar="PATH", help="do not measure: render a saved --json file")
@@ -188,6 +191,11 @@ def run_between(args: argparse.Namespace, results: dict[str, Any], log: Any) -> 
                                                args.between_samples, log)
 
 
+def run_between_instances(args: argparse.Namespace, results: dict[str, Any], log: Any) -> None:
+    results["between_instances"] = between_databases.run(args.runs, args.between_n, between_databases.DIALOG_SHAPES,
+                                                         args.between_samples, log, instances=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     console = Console() if sys.stdout.isatty() else Console(width=150)
@@ -202,23 +210,25 @@ def main(argv: list[str] | None = None) -> int:
             "latency_samples": args.latency_samples, "between_n": args.between_n,
             "between_samples": args.between_samples, "sections": args.sections, "quick": args.quick}}
         steps = {"throughput": run_throughput, "e2e": run_e2e, "depth": run_depth, "latency": run_latency,
-                 "between": run_between}
+                 "between": run_between, "between-instances": run_between_instances}
         for section in args.sections:
             steps[section](args, results, status.log)
         results["elapsed_seconds"] = round(time.perf_counter() - started, 1)
         results["machine"]["load average at end (1/5/15 min)"] = " / ".join(f"{v:.2f}" for v in os.getloadavg())
         results["ratios"] = report.compute_ratios(results)
     report.print_rich(results, console)
-    if "between" in results:
-        between_databases.print_rich(results["between"], console)
+    for key in BETWEEN_KEYS:
+        if key in results:
+            between_databases.print_rich(results[key], console)
     if "elapsed_seconds" in results:
         console.print(f"total time {results['elapsed_seconds']:.0f} s")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, default=str) + "\n")
     if args.markdown:
         text = report.markdown(results)
-        if "between" in results:
-            text += "\n" + between_databases.markdown(results["between"])
+        for key in BETWEEN_KEYS:
+            if key in results:
+                text += "\n" + between_databases.markdown(results[key])
         if args.markdown == "-":
             sys.stdout.write(text)
         else:

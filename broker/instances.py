@@ -6,21 +6,33 @@ routes are the instance's routes (``msdb.sys.routes``, for messages arriving fro
 outside) and which lists the member databases by name and URL. Members may mix
 backends. One runtime (``inst.runtime()``) serves them all and moves messages between
 them (``broker.runtime.transmitter``).
+
+A member may be one partner of a mirrored database (spec 8.8, ``ddl.mirroring``): the
+same database, served as principal by one instance and as mirror by another. The
+instance reads its role from the database each time its runtime asks for the members,
+serves only the ones it is principal of, and keeps its catalog's copy of the roles in
+step (its endpoint refuses messages for a mirror with that copy).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 from sqlalchemy import Table, delete, func, insert, select
 from sqlalchemy.engine import URL
 
 from broker import arguments
 from broker.database import Broker, connect
+from broker.ddl import endpoint_views, endpoints, mirroring
+from broker.ddl.certificates import PemSource
+from broker.ddl.endpoint_options import endpoint_options
+from broker.ddl.endpoints import EndpointConfig
 from broker.errors import BrokerError
 from broker.runtime.instance import InstanceRuntime
 from broker.runtime.runner import DEFAULT_POLL_S
@@ -49,23 +61,39 @@ class Instance:
 
     # -- databases --------------------------------------------------------------------
 
-    def add_database(self, name: str, url: str) -> Broker:
+    def add_database(self, name: str, url: str, *, mirror: bool = False) -> Broker:
         """Attach a broker database to the instance (creating and upgrading it) and return it.
 
         A name is unique in the instance (1801). A database whose ``service_broker_guid``
         another enabled member has is attached with its broker disabled (9773), as SQL
         Server attaches a copy.
+
+        ``mirror=True`` attaches it as the mirror of a database another instance serves as
+        principal (spec 8.8): the same database, which both instances open. This instance
+        leaves it to the principal's until a failover (``failover``). One transaction of
+        the database records the mirror there: 1452 if this instance has it already or is
+        its principal, 1405 if another instance is its mirror. Then one transaction of the
+        instance catalog adds the member.
         """
         name = arguments.object_name(name, "database")
+        mirror = arguments.flag(mirror, "mirror")
         if self._row(name) is not None:
             raise BrokerError(1801, f"Database '{name}' already exists. Choose a different database name.")
         database = self._member(connect(url))  # refuses a URL it cannot use, with a number
         url = _absolute(database.engine.url)
-        if _enabled(database) and self._twin_of(database) is not None:
+        me = self.msdb.service_broker_guid
+        if mirror:
+            try:
+                self._join_as_mirror(database, me, name)
+            except BaseException:
+                database.dispose()  # not a member: nothing else would close it
+                raise
+        elif _enabled(database) and self._twin_of(database) is not None:
             database.set_broker_enabled(False)
             log.warning("error 9773: The Service Broker in database '%s' is disabled because there is already "
                         "an enabled Service Broker with the same ID.", name)
-        _run(self.msdb, lambda ctx: _insert_member(ctx, name, url))
+        role, guid = _role_of(database, me)
+        _run(self.msdb, lambda ctx: _insert_member(ctx, name, url, role, guid))
         with self._lock:
             self._open[name] = database
         return database
@@ -81,6 +109,22 @@ class Instance:
             database = self._open.pop(name, None)
         if database is not None:
             database.dispose()
+
+    def failover(self, name: str) -> None:
+        """ALTER DATABASE name SET PARTNER FORCE_SERVICE_ALLOW_DATA_LOSS, run on the
+        instance that serves the member ``name`` as mirror: it becomes the principal and its
+        partner the mirror (spec 8.8). One transaction of the shared database, which alone
+        says who is principal: the partner's instance follows when its runtime next reads
+        it, whether or not it is running now. Then this instance's catalog copy. 911 if
+        there is no such member, 1416 if it is not mirrored, 1455 if this instance is its
+        principal already.
+        """
+        name = arguments.object_name(name, "database")
+        database = self.database(name)
+        me = self.msdb.service_broker_guid
+        _run(database, lambda ctx: mirroring.fail_over(ctx, me, name))
+        role, guid = _role_of(database, me)
+        _run(self.msdb, lambda ctx: mirroring.record_role(ctx, name, role, guid))
 
     def database(self, name: str) -> Broker:
         """The member database called ``name`` (911 if there is none)."""
@@ -121,23 +165,77 @@ class Instance:
 
     def catalog(self, name: str, /, **where: Any) -> list[dict[str, Any]]:
         """Rows of an instance-level view: ``sys.databases`` lists the members (with their
-        broker instance and whether their broker is enabled); other views are the
-        instance catalog's own (``sys.routes``: the instance's routes)."""
-        if arguments.text(name, "catalog view name").lower() in ("sys.databases", "databases"):
+        broker instance and whether their broker is enabled); ``sys.database_mirroring``
+        their mirroring roles here (NULLs for a database that is not mirrored);
+        ``sys.service_broker_endpoints``,
+        ``sys.tcp_endpoints`` and ``sys.dm_broker_connections`` show the endpoint and its
+        connections; other views are the instance catalog's own (``sys.routes``: the
+        instance's routes)."""
+        view = endpoint_views.instance_view(arguments.text(name, "catalog view name"))
+        if view is not None:
+            return _run(self.msdb, lambda ctx: endpoint_views.view_rows(ctx, view, where))
+        if name.lower() in ("sys.databases", "databases"):
             rows = [{**db.catalog("sys.databases")[0], "name": member, "database_id": number}
                     for number, (member, db) in enumerate(self.databases.items(), FIRST_DATABASE_ID)]
             for row in rows:
                 row.pop("create_date", None)
             return [row for row in rows if all(row.get(k) == v for k, v in where.items())]
+        if name.lower() in ("sys.database_mirroring", "database_mirroring"):
+            rows = [_mirroring_row(number, member) for number, member in enumerate(self._roles(), FIRST_DATABASE_ID)]
+            return [row for row in rows if all(row.get(k) == v for k, v in where.items())]
         return self.msdb.catalog(name, **where)
+
+    # -- the endpoint (CREATE / ALTER / DROP ENDPOINT ... FOR SERVICE_BROKER) -------------
+
+    def create_endpoint(self, name: str, port: int, *, listener_ip: str = "ALL", state: str = "STARTED",
+                        certificate: PemSource | None = None, private_key: PemSource | None = None,
+                        trusted_peers: PemSource | Iterable[PemSource] = (), encryption: str = "REQUIRED",
+                        message_forwarding: bool = False, message_forward_size: int = 10) -> None:
+        """CREATE ENDPOINT name STATE = state AS TCP (LISTENER_PORT = port, LISTENER_IP = listener_ip)
+        FOR SERVICE_BROKER (AUTHENTICATION = CERTIFICATE, ENCRYPTION = encryption ALGORITHM AES,
+        MESSAGE_FORWARDING, MESSAGE_FORWARD_SIZE = megabytes).
+
+        ``certificate`` and ``private_key`` (required: there is no WINDOWS authentication,
+        59050) and each of ``trusted_peers`` are PEM content or file paths, read now; the
+        endpoint accepts only peers presenting one of ``trusted_peers``. One transaction of
+        the instance catalog; one endpoint per instance (7862). A runtime serves it
+        (``with inst.runtime(): ...``).
+        """
+        name = arguments.object_name(name, "endpoint")
+        options = endpoints.read_pems(endpoint_options({
+            "port": port, "listener_ip": listener_ip, "state": state, "certificate": certificate,
+            "private_key": private_key, "trusted_peers": trusted_peers, "encryption": encryption,
+            "message_forwarding": message_forwarding, "message_forward_size": message_forward_size,
+        }, creating=True))
+        _run(self.msdb, lambda ctx: endpoints.create_endpoint(ctx, name, options))
+
+    def alter_endpoint(self, name: str, **options: Any) -> None:
+        """ALTER ENDPOINT: ``create_endpoint``'s options, at least one (7863); the others
+        stay. ``trusted_peers`` replaces the trusted certificates. One transaction of the
+        instance catalog; 15151 if there is no such endpoint."""
+        name = arguments.object_name(name, "endpoint")
+        checked = endpoints.read_pems(endpoint_options(options, creating=False))
+        _run(self.msdb, lambda ctx: endpoints.alter_endpoint(ctx, name, checked))
+
+    def drop_endpoint(self, name: str) -> None:
+        """DROP ENDPOINT name: one transaction of the instance catalog; 15151 if there is none."""
+        name = arguments.object_name(name, "endpoint")
+        _run(self.msdb, lambda ctx: endpoints.drop_endpoint(ctx, name))
+
+    def endpoint_config(self) -> EndpointConfig | None:
+        """The instance's Service Broker endpoint as its runtime serves it (None if none)."""
+        return _run(self.msdb, endpoints.endpoint_config)
 
     # -- the runtime ---------------------------------------------------------------------
 
     def runtime(self, *, poll_interval: float = DEFAULT_POLL_S, activation: bool = True) -> InstanceRuntime:
-        """Every database's runtime and the transmitter between them: ``with inst.runtime(): ...``."""
+        """Every database's runtime, the transmitter between them and the instance's
+        endpoint, if it has one that is STARTED: ``with inst.runtime(): ...``. A member
+        this instance serves as mirror is left alone (its principal's instance serves it)."""
         interval = arguments.interval(poll_interval, "poll_interval")
         activation = arguments.flag(activation, "activation")
-        return InstanceRuntime(lambda: list(self.databases.values()), poll_interval=interval, activation=activation)
+        return InstanceRuntime(self._principals, catalog=self.msdb, poll_interval=interval,
+                               activation=activation)
 
     def dispose(self) -> None:
         """Close every connection of the instance catalog and the member databases opened."""
@@ -167,6 +265,38 @@ class Instance:
         return _run(self.msdb, 
             lambda ctx: ctx.conn.execute(select(_members).where(_members.c.name == name)).first())
 
+    def _join_as_mirror(self, database: Broker, me: uuid.UUID, name: str) -> None:
+        hosted = database.service_broker_guid
+        if any(other.service_broker_guid == hosted for other in self.databases.values()):
+            raise BrokerError(1452, "The partner server instance name must be distinct from the server instance "
+                                    "that manages the database. The ALTER DATABASE SET PARTNER command failed.")
+        _run(database, lambda ctx: mirroring.join_as_mirror(ctx, me, name))
+
+    def _principals(self) -> list[Broker]:
+        """The members the runtime serves: all but those this instance is the mirror of."""
+        return [member.database for member in self._roles() if member.role != mirroring.MIRROR]
+
+    def _roles(self) -> list[_Member]:
+        """Every member and its mirroring role here, read from the member (the truth). A
+        principal the member does not name yet is named; the instance catalog's copy of
+        a role that changed (a failover run on the partner's instance) is brought in step."""
+        def read(ctx: TxContext) -> tuple[uuid.UUID, list[Any]]:
+            columns = (_members.c.name, _members.c.mirroring_role, _members.c.mirroring_guid)
+            return ctx.catalog.broker_guid, list(ctx.conn.execute(select(*columns).order_by(_members.c.database_id)))
+
+        me, rows = _run(self.msdb, read)
+        members = []
+        for row in rows:
+            database = self.database(row.name)
+            session = _run(database, mirroring.mirroring)
+            if session.principal is None and session.role_of(me) == mirroring.PRINCIPAL:
+                session = _run(database, partial(mirroring.name_principal, instance=me))
+            role, guid = _role_of(database, me, session)
+            if (role, guid) != (row.mirroring_role, row.mirroring_guid):
+                _run(self.msdb, partial(mirroring.record_role, name=row.name, role=role, broker_instance=guid))
+            members.append(_Member(database, session, role, session.partner_of(me)))
+        return members
+
     def __repr__(self) -> str:
         return f"<Instance {self.msdb.engine.url.render_as_string(hide_password=True)}>"
 
@@ -176,10 +306,48 @@ def _run(database: Broker, verb: Callable[[TxContext], T]) -> T:
         return tx.run(verb)
 
 
-def _insert_member(ctx: TxContext, name: str, url: str) -> None:
+class _Member(NamedTuple):
+    """A member database and its mirroring session, as this instance sees it."""
+
+    database: Broker
+    session: mirroring.Mirroring
+    role: int | None  # None: not mirrored
+    partner: uuid.UUID | None  # the other partner's instance, when the database names it
+
+
+def _insert_member(ctx: TxContext, name: str, url: str, role: int | None, guid: uuid.UUID | None) -> None:
     highest = ctx.conn.execute(select(func.max(_members.c.database_id))).scalar()
     ctx.conn.execute(insert(_members).values(
-        name=name, url=url, database_id=max((highest or 0) + 1, FIRST_DATABASE_ID), create_date=ctx.now()))
+        name=name, url=url, database_id=max((highest or 0) + 1, FIRST_DATABASE_ID), create_date=ctx.now(),
+        mirroring_role=role, mirroring_guid=guid))
+
+
+def _role_of(database: Broker, instance: uuid.UUID,
+             session: mirroring.Mirroring | None = None) -> tuple[int | None, uuid.UUID | None]:
+    """The role of ``instance`` in ``database``'s mirroring session and, when it is
+    mirrored, the database's broker id: what the instance catalog keeps of it."""
+    if session is None:
+        session = _run(database, mirroring.mirroring)
+    role = session.role_of(instance)
+    return role, database.service_broker_guid if role is not None else None
+
+
+def _mirroring_row(database_id: int, member: _Member) -> dict[str, Any]:
+    """A row of ``sys.database_mirroring``: its columns are NULL for a database that is
+    not mirrored. Both partners share the data, so the mirror is always SYNCHRONIZED."""
+    mirrored = member.role is not None
+    return {
+        "database_id": database_id,
+        "mirroring_guid": member.database.service_broker_guid if mirrored else None,
+        "mirroring_state": 4 if mirrored else None,
+        "mirroring_state_desc": "SYNCHRONIZED" if mirrored else None,
+        "mirroring_role": member.role,
+        "mirroring_role_desc": mirroring.ROLE_DESC.get(member.role) if member.role is not None else None,
+        "mirroring_role_sequence": member.session.role_sequence if mirrored else None,
+        "mirroring_safety_level": 2 if mirrored else None,
+        "mirroring_safety_level_desc": "FULL" if mirrored else None,
+        "mirroring_partner_instance": str(member.partner) if member.partner is not None else None,
+    }
 
 
 def _name_of(instance: Instance, database: Broker) -> str:

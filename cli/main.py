@@ -19,6 +19,7 @@ from click.core import ParameterSource
 
 from cli import (
     bulk,
+    certificates,
     conversations,
     demo,
     failures,
@@ -155,6 +156,7 @@ for _command in (
     *run.COMMANDS,
     *listen.COMMANDS,
     *spark_demo.COMMANDS,
+    *certificates.COMMANDS,
     demo.demo,
 ):
     cli.add_command(_command)

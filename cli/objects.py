@@ -10,6 +10,7 @@ import click
 
 from broker import arguments
 from broker.errors import InvalidArgumentError
+from cli.endpoints import alter_endpoint, create_endpoint
 from cli.params import (
     CONTRACT,
     FAR_SERVICE,
@@ -42,13 +43,16 @@ def create() -> None:
     """Create a broker object.
 
     Message types, contracts, queues, services, XML schema collections, broker
-    priorities, routes and remote service bindings.
+    priorities, routes, remote service bindings and (with --instance) the instance's
+    Service Broker endpoint.
 
     \b
     Example:
       broker create queue TargetQueue1DB
       broker create service //AWDB/1DBSample/TargetService --queue TargetQueue1DB
       broker create route ToTarget --service //TgtDB/2DBSample/TargetService --address LOCAL
+      broker --instance sqlite:///instance.db create endpoint InstTargetEndpoint --port 4022 \\
+        --certificate InstTargetEndpoint.crt --key InstTargetEndpoint.key --trust InstInitiatorEndpoint.crt
     """
 
 
@@ -132,6 +136,7 @@ def _message_usages(messages: tuple[str, ...]) -> dict[str, str]:
 create.add_command(create_queue)
 create.add_command(create_route)
 create.add_command(create_remote_service_binding)
+create.add_command(create_endpoint)
 
 
 @create.command("service")
@@ -258,6 +263,7 @@ def alter() -> None:
 alter.add_command(alter_queue)
 alter.add_command(alter_route)
 alter.add_command(alter_remote_service_binding)
+alter.add_command(alter_endpoint)
 
 
 @alter.command("priority")
@@ -430,6 +436,7 @@ DROPPABLE = {
     "priority": "drop_broker_priority",
     "route": "drop_route",
     "remote-service-binding": "drop_remote_service_binding",
+    "endpoint": "drop_endpoint",
 }
 
 
@@ -438,10 +445,11 @@ DROPPABLE = {
 @click.argument("name", type=OBJECT)
 @pass_state
 def drop(state: CliState, kind: str, name: str) -> None:
-    """Drop a message type, contract, queue, service, broker priority, route or remote
-    service binding.
+    """Drop a message type, contract, queue, service, broker priority, route, remote
+    service binding or the instance's endpoint.
 
-    A route is the database's, or with --instance alone the instance's own.
+    A route is the database's, or with --instance alone the instance's own. The
+    endpoint is the instance's (--instance).
 
     \b
     Example:
@@ -450,8 +458,9 @@ def drop(state: CliState, kind: str, name: str) -> None:
       broker drop priority UrgentOrders
       broker drop route ToTarget
       broker --instance sqlite:///instance.db drop route Inbound
+      broker --instance sqlite:///instance.db drop endpoint InstTargetEndpoint
     """
-    owner = state.route_owner() if kind == "route" else state.db()
+    owner = state.route_owner() if kind == "route" else state.instance() if kind == "endpoint" else state.db()
     getattr(owner, DROPPABLE[kind])(name)
     whose = " of the instance" if kind == "route" and state.on_instance_itself else ""
     click.echo(f"dropped {kind.replace('-', ' ')} {name}{whose}")

@@ -16,6 +16,7 @@ import click
 
 from broker import arguments
 from broker.arguments import INT_MAX, SYSNAME
+from broker.ddl import endpoint_options
 from broker.errors import ArgumentTypeError, InvalidArgumentError
 
 T = TypeVar("T")
@@ -238,6 +239,26 @@ class InputFile(click.File):
         return super().convert(value, param, ctx)
 
 
+class EndpointValue(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
+    """A value of CREATE ENDPOINT checked by the endpoint's gate (``broker.ddl.endpoint_options``):
+    LISTENER_PORT (1024 to 32767), LISTENER_IP (ALL or an address), MESSAGE_FORWARD_SIZE (MB >= 1)."""
+
+    def __init__(self, name: str, check: Callable[[object], object], number: bool) -> None:
+        self.name = name
+        self.check = check
+        self.number = number
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        given = click.INT.convert(value, param, ctx) if self.number else value
+        return _gated(self, lambda: self.check(given), param, ctx)
+
+
+LISTENER_PORT = EndpointValue("port", endpoint_options.listener_port, number=True)
+LISTENER_IP = EndpointValue("ip", lambda value: endpoint_options.listener_ip(value) or endpoint_options.ALL,
+                            number=False)
+FORWARD_SIZE = EndpointValue("megabytes", endpoint_options.forward_size, number=True)
+
+
 # Names by the kind of object they name (the kind shows in the error).
 MESSAGE_TYPE = Name("message type")
 CONTRACT = Name("contract")
@@ -251,6 +272,8 @@ ROUTE = Name("route")
 REMOTE_SERVICE_BINDING = Name("remote service binding")
 USER = Name("user")
 DATABASE = Name("database")
+ENDPOINT = Name("endpoint")
+CERTIFICATE = Name("certificate")
 # CREATE ROUTE's clauses: BROKER_INSTANCE is nvarchar(128); the addresses are the DDL's
 # to check (9659 empty, 9660 too long, 9744 not LOCAL, TRANSPORT or TCP://host:port).
 BROKER_INSTANCE = Text("BROKER_INSTANCE", longest=SYSNAME)

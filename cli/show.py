@@ -99,7 +99,38 @@ LISTINGS: dict[str, tuple[str, tuple[str, ...]]] = {
         "sys.remote_service_bindings",
         ("name", "remote_service_binding_id", "remote_service_name", "remote_principal_name", "is_anonymous_on"),
     ),
+    "broker-endpoints": (
+        "sys.service_broker_endpoints",
+        (
+            "name",
+            "endpoint_id",
+            "state_desc",
+            "port",
+            "ip_address",
+            "connection_auth_desc",
+            "encryption_algorithm_desc",
+            "is_message_forwarding_enabled",
+            "message_forwarding_size",
+        ),
+    ),
+    "broker-connections": (
+        "sys.dm_broker_connections",
+        (
+            "address",
+            "is_accept",
+            "state_desc",
+            "login_state_desc",
+            "principal_name",
+            "encryption_algorithm_desc",
+            "total_bytes_sent",
+            "total_bytes_received",
+            "last_activity_time",
+            "refusal",
+        ),
+    ),
 }
+# The instance's own listings: they need --instance.
+_OF_THE_INSTANCE = ("broker-endpoints", "broker-connections")
 
 
 def _with_queue_and_contracts(db: broker.Broker, rows: list[Row]) -> list[Row]:
@@ -173,6 +204,13 @@ def _with_service_and_size(db: broker.Broker, rows: list[Row]) -> list[Row]:
     return added
 
 
+def _endpoints_with_tcp(inst: broker.Instance, rows: list[Row]) -> list[Row]:
+    """sys.service_broker_endpoints with the port and address of sys.tcp_endpoints."""
+    tcp = {row["endpoint_id"]: row for row in inst.catalog("sys.tcp_endpoints")}
+    return [{**row, "port": tcp[row["endpoint_id"]]["port"], "ip_address": tcp[row["endpoint_id"]]["ip_address"]}
+            for row in rows]
+
+
 def _with_queue_and_tasks(db: broker.Broker, rows: list[Row]) -> list[Row]:
     """Queue monitors with the queue's name and its running activation readers
     (sys.dm_broker_activated_tasks)."""
@@ -211,7 +249,10 @@ def show(state: CliState, listing: str, as_json: bool) -> None:
     sys.dm_broker_queue_monitors (the activation state of each queue a running runtime
     watches, with its readers counted in sys.dm_broker_activated_tasks), routes is
     sys.routes (with --instance alone: the instance's own routes),
-    remote-service-bindings is sys.remote_service_bindings.
+    remote-service-bindings is sys.remote_service_bindings. With --instance:
+    broker-endpoints is sys.service_broker_endpoints with sys.tcp_endpoints' port and
+    address (the instance's Service Broker endpoint), broker-connections is
+    sys.dm_broker_connections (its network connections, refused ones with why).
 
     \b
     Example:
@@ -220,8 +261,14 @@ def show(state: CliState, listing: str, as_json: bool) -> None:
       broker show transmission
       broker show monitors
       broker --instance sqlite:///instance.db show routes
+      broker --instance sqlite:///instance.db show broker-connections
     """
     view, columns = LISTINGS[listing]
+    if listing in _OF_THE_INSTANCE:
+        inst = state.instance()
+        rows = inst.catalog(view)
+        emit(_endpoints_with_tcp(inst, rows) if listing == "broker-endpoints" else rows, columns, as_json=as_json)
+        return
     if listing == "routes":
         emit(state.route_owner().catalog(view), columns, as_json=as_json)
         return

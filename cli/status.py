@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 _STATUS_COLUMNS = {1: "ready", 0: "received", 2: "incomplete", 3: "sent_copies"}
 _QUEUE_COLUMNS = ("queue", "enabled", "ready", "received", "incomplete", "sent_copies", "total", "oldest_ready")
 _DESTINATION_COLUMNS = ("count", "to_service_name", "to_broker_instance", "transmission_status")
+_CONNECTION_COLUMNS = ("address", "is_accept", "state_desc", "login_state_desc", "principal_name",
+                       "total_fragments_sent", "total_fragments_received", "total_bytes_sent",
+                       "total_bytes_received", "last_activity_time", "refusal")
 
 # A line of text or a table: what one snapshot prints, on a terminal or down a pipe.
 Block = str | Listing
@@ -53,7 +56,10 @@ def status(ctx: click.Context, watch: bool, interval: float, iterations: int | N
     transmission queue by destination (to_service_name, to_broker_instance) and reason
     (transmission_status: why the messages wait), conversation endpoints by state, and
     conversation timers (how many are set, how many are overdue, the next one). With
-    --instance (and no --database) the same for each member database.
+    --instance (and no --database) the same for each member database, after the
+    instance's Service Broker endpoint and its connections to other instances (state,
+    peer, messages and bytes each way, why a connection was refused), as the running
+    runtime last wrote them.
 
     --watch redraws the screen in place on a terminal and prints one snapshot after
     another otherwise (one JSON object per line with --json).
@@ -172,6 +178,7 @@ def _instance_summary(shown_url: str, inst: broker.Instance) -> dict[str, Any]:
         summary = _summary(db.engine.url.render_as_string(hide_password=True), db)
         del summary["time"]
         members.append({"name": name, **summary})
+    endpoint = inst.endpoint_config()
     return {
         "time": now,
         "instance": {
@@ -180,6 +187,12 @@ def _instance_summary(shown_url: str, inst: broker.Instance) -> dict[str, Any]:
             "databases": len(members),
             "transmission_queue": sum(member["transmission_queue"] for member in members),
         },
+        "endpoint": None if endpoint is None else {
+            "name": endpoint.name, "port": endpoint.port, "listener_ip": endpoint.listener_ip or "ALL",
+            "state": endpoint.state, "encryption": endpoint.encryption,
+        },
+        "connections": [{column: row[column] for column in _CONNECTION_COLUMNS}
+                        for row in inst.catalog("sys.dm_broker_connections")],
         "databases": members,
     }
 
@@ -193,6 +206,15 @@ def _instance_blocks(summary: dict[str, Any]) -> list[Block]:
         f"{plural(instance['databases'], 'database')}, "
         f"{plural(instance['transmission_queue'], 'message')} awaiting delivery"
     ]
+    endpoint = summary["endpoint"]
+    if endpoint is None:
+        blocks.append("No Service Broker endpoint: nothing goes to or comes from other instances")
+    else:
+        blocks.append(f"Endpoint {endpoint['name']} on {endpoint['listener_ip']}:{endpoint['port']}: "
+                      f"{endpoint['state']}, encryption {endpoint['encryption']}; "
+                      f"{plural(len(summary['connections']), 'connection')} (as the running runtime last wrote them)")
+        if summary["connections"]:
+            blocks.append(Listing(summary["connections"], _CONNECTION_COLUMNS, "Connections"))
     for member in summary["databases"]:
         blocks.append("")
         blocks.extend(_blocks({**member, "time": now}, member=member["name"]))

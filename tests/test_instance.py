@@ -96,3 +96,23 @@ def test_broker_instance_stays_the_function_once_its_module_is_imported() -> Non
     import broker.instances  # noqa: F401 - what any import of the module does to the package
 
     assert callable(broker.instance) and broker.instance is broker.instances.instance
+
+
+def test_a_running_runtime_serves_databases_added_and_lets_go_of_those_removed(
+        inst: broker.Instance, instance_urls: tuple[str, str, str]) -> None:
+    from support import wait_until
+
+    _, first_url, second_url = instance_urls
+    first = inst.add_database("First", first_url)
+    with inst.runtime() as runtime:
+        assert [r.db for r in runtime.runtimes] == [first]
+        second = inst.add_database("Second", second_url)
+        wait_until(lambda: [r.db for r in runtime.runtimes] == [first, second], 10.0)
+        second.create_queue("Q")
+        second.create_service("S", "Q")
+        with second.transaction() as tx:  # the new database's scheduler fires its timers
+            handle = tx.begin_dialog("S", "S")
+            tx.begin_conversation_timer(handle, 1)
+        wait_until(lambda: second.queue_rows("Q"), 15.0)
+        inst.remove_database("First")
+        wait_until(lambda: [r.db for r in runtime.runtimes] == [second], 10.0)

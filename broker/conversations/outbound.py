@@ -15,9 +15,9 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
-from sqlalchemy import bindparam, case, delete, func, select, update
+from sqlalchemy import Table, bindparam, case, delete, func, select, update
 
 from broker.conversations import endpoints as ep
 from broker.conversations.delivery import ERROR_RECEIVED, broker_error, retry_held
@@ -25,14 +25,17 @@ from broker.conversations.frames import Delivery, Kind, MessageFrame
 from broker.conversations.scheduler import retry_delay
 from broker.storage.catalog import Catalog
 from broker.storage.context import TxContext
+from broker.storage.models import RemoteServiceBinding
 from broker.storage.statements import Prepared
 
 _t, _e = ep.transmissions, ep.endpoints
+_bindings = cast(Table, RemoteServiceBinding.__table__)
 _DUE_COLUMNS = (
     _t.c.message_id, _t.c.conversation_handle, _t.c.to_service_name, _t.c.to_broker_instance,
     _t.c.from_service_name, _t.c.service_contract_id, _t.c.message_sequence_number, _t.c.message_type_id,
     _t.c.is_conversation_error, _t.c.is_end_of_dialog, _t.c.message_body, _t.c.attempts,
     _e.c.conversation_id, _e.c.is_initiator, _e.c.lifetime, _e.c.state, _e.c.far_broker_instance,
+    _e.c.outbound_session_key_identifier,
 )
 DELETE_CHUNK = 250  # message ids per DELETE ... IN (...), repeated to fill the last
 
@@ -58,6 +61,7 @@ class OutboundMessage(NamedTuple):
     lifetime: datetime
     state: str
     far_broker: str | None
+    session_key: uuid.UUID | None  # set when the dialog asked for ENCRYPTION = ON
 
     @property
     def kind(self) -> Kind:
@@ -77,20 +81,28 @@ def due_messages(ctx: TxContext, limit: int) -> list[OutboundMessage]:
     return list(map(OutboundMessage._make, statement.all(ctx.conn, p_now=ctx.now(), p_limit=limit)))
 
 
+def bound_services(ctx: TxContext) -> frozenset[str]:
+    """The remote services this database has a remote service binding for (dialog
+    security, spec 1.7)."""
+    return frozenset(ctx.conn.execute(select(_bindings.c.remote_service_name)).scalars())
+
+
 def next_due(ctx: TxContext) -> datetime | None:
     """The earliest moment an outbound message waiting here is due again (None: none)."""
     moment: datetime | None = _NEXT_DUE.scalar(ctx.conn)
     return moment
 
 
-def frames_of(catalog: Catalog, messages: Sequence[OutboundMessage], destination: str) -> list[MessageFrame]:
+def frames_of(catalog: Catalog, messages: Sequence[OutboundMessage], destination: str | None) -> list[MessageFrame]:
     """The frames that carry ``messages`` (of the database ``catalog`` describes) to the
-    database whose broker instance is ``destination``."""
+    database whose broker instance is ``destination``; None: to another instance, each
+    to the broker instance its dialog knows ("" while it knows none)."""
     here = str(catalog.broker_guid)
     contracts = {i: c.name for i, c in catalog.contracts.items()}
     message_types = {i: t.name for i, t in catalog.message_types.items()}
     return [MessageFrame(
-        m.message_id, m.conversation_id, m.from_initiator, m.from_service, here, m.to_service, destination,
+        m.message_id, m.conversation_id, m.from_initiator, m.from_service, here, m.to_service,
+        destination or m.destination_instance or "",
         contracts[m.contract_id], message_types[m.message_type_id], m.sequence,
         "error" if m.is_error else "end" if m.is_end else "message", m.body, m.lifetime,
     ) for m in messages]

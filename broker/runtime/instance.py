@@ -1,10 +1,17 @@
-"""The runtime of an instance: every database's own runtime plus one transmitter.
+"""The runtime of an instance: every database's own runtime, one transmitter, the endpoint.
 
 ``inst.runtime()`` and ``broker --instance URL run``. Each database served keeps its own
 scheduler and activation (``runner.Runtime``); one transmitter thread moves messages
 between them, woken by a commit to any of them: at once for this process's commits,
 within milliseconds for another process's (SQLite's ``PRAGMA data_version``, PostgreSQL's
 LISTEN/NOTIFY), and at the next retry otherwise.
+
+When the instance catalog defines a Service Broker endpoint whose state is STARTED, the
+runtime also serves it (``transport.tcp``): it listens on the endpoint's port, hands what
+arrives to ``inbound.Inbound`` and gives the transmitter the network transport for
+messages routed to other instances. Its connections are written to the instance
+catalog's ``sys.dm_broker_connections`` every ``CONNECTIONS_EVERY_S``. The endpoint's
+definition is read when the runtime starts.
 """
 
 from __future__ import annotations
@@ -13,31 +20,50 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
+from typing import TypeVar
 
+from broker.ddl.certificates import thumbprint, tls_contexts
+from broker.ddl.endpoints import EndpointConfig, endpoint_config
+from broker.runtime.connections import forget_connections, record_connections, runtime_session
+from broker.runtime.inbound import Inbound
 from broker.runtime.runner import DEFAULT_POLL_S, Runtime, failure_pause
 from broker.runtime.transmitter import Transmitter
+from broker.storage.context import TxContext
 from broker.storage.served import ServedDatabase
 from broker.storage.waiting import ANY_QUEUE
+from broker.transport.tcp import EndpointSettings, TcpEndpoint
 
 log = logging.getLogger("broker.runtime")
+T = TypeVar("T")
 WATCH_SLICE_S = 0.25  # a watcher re-arms this often, so that it notices the runtime stopping
 # Passes start at least this far apart: a burst of commits is taken in batches, and a
 # lone commit waits no longer than this for its pass.
 TRANSMIT_GAP_S = 0.002
+CONNECTIONS_EVERY_S = 1.0
+RUNTIME_STOP_S = 30.0
+ENDPOINT_STOP_S = 10.0
 
 
 class InstanceRuntime:
-    """The runtimes of ``databases()`` and the transmitter between them; a context manager."""
+    """The runtimes of ``databases()``, the transmitter between them and the endpoint of
+    the instance catalog ``catalog`` (if it defines one); a context manager."""
 
     def __init__(self, databases: Callable[[], Sequence[ServedDatabase]], *,
+                 catalog: ServedDatabase | None = None,
                  poll_interval: float = DEFAULT_POLL_S, activation: bool = True) -> None:
         self._databases = databases
+        self._catalog = catalog
+        self.endpoint: TcpEndpoint | None = None
+        self._config: EndpointConfig | None = None  # the definition the endpoint runs with
+        self._session = runtime_session()
         self.poll_interval = poll_interval
         self._activation = activation
         self.transmitter = Transmitter(databases)
-        self.runtimes: list[Runtime] = []
+        self._served: dict[int, _Served] = {}  # by the id of the database object
+        self._serving = threading.Lock()
         self._stopping = threading.Event()
         self._commit = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -47,15 +73,15 @@ class InstanceRuntime:
         if self._threads:
             raise RuntimeError("this runtime is already running")
         self._stopping.clear()
-        served = list(self._databases())
-        self.runtimes = [Runtime(db, poll_interval=self.poll_interval, activation=self._activation).start()
-                         for db in served]
-        self._threads = [threading.Thread(target=self._watch, args=(db,), name="broker-watch", daemon=True)
-                         for db in served]
-        self._threads.append(threading.Thread(target=self._transmit, name="broker-transmitter", daemon=True))
+        self._start_endpoint()
+        self._serve_databases()
+        self._threads = [threading.Thread(target=self._transmit, name="broker-transmitter", daemon=True)]
+        if self._catalog is not None:
+            self._threads.append(threading.Thread(target=self._keep_endpoint, name="broker-endpoint-keeper",
+                                                  daemon=True))
         for thread in self._threads:
             thread.start()
-        log.info("instance runtime started on %d database(s)", len(served))
+        log.info("instance runtime started on %d database(s)", len(self._served))
         return self
 
     def stop(self, timeout: float = 30.0) -> None:
@@ -65,14 +91,50 @@ class InstanceRuntime:
         for thread in self._threads:
             thread.join(timeout)
         self._threads = []
-        for runtime in self.runtimes:
-            runtime.stop(timeout)
-        self.runtimes = []
+        with self._serving:
+            served_now, self._served = list(self._served.values()), {}
+        for served in served_now:
+            self._stop_serving(served, timeout)
+        self._stop_endpoint(timeout)
         log.info("instance runtime stopped")
 
     @property
     def running(self) -> bool:
         return any(thread.is_alive() for thread in self._threads)
+
+    @property
+    def runtimes(self) -> list[Runtime]:
+        """The runtimes of the databases it serves now."""
+        with self._serving:
+            return [served.runtime for served in self._served.values()]
+
+    def _serve_databases(self) -> None:
+        """Run a runtime (scheduler, activation) and a commit watcher for each database
+        ``databases()`` gives now, and stop those of the databases it no longer gives (a
+        database removed from the instance, one whose mirror partner became principal)."""
+        current = {id(db): db for db in self._databases()}
+        with self._serving:
+            gone = [self._served.pop(key) for key in list(self._served) if key not in current]
+        for served in gone:
+            self._stop_serving(served, RUNTIME_STOP_S)
+            # Its listener and connections too: the database may have been disposed already
+            # (removed from the instance), and its runtime's stop opened some again.
+            served.db.state.close_idle()
+            served.db.engine.dispose()
+        for key, db in current.items():
+            if key not in self._served:
+                stopping = threading.Event()
+                watcher = threading.Thread(target=self._watch, args=(db, stopping), name="broker-watch", daemon=True)
+                runtime = Runtime(db, poll_interval=self.poll_interval, activation=self._activation).start()
+                watcher.start()
+                with self._serving:
+                    self._served[key] = _Served(db, runtime, watcher, stopping)
+
+    @staticmethod
+    def _stop_serving(served: _Served, timeout: float) -> None:
+        served.stopping.set()
+        served.runtime.stop(timeout)
+        served.watcher.join(timeout)
 
     def __enter__(self) -> InstanceRuntime:
         return self if self.running else self.start()
@@ -107,13 +169,88 @@ class InstanceRuntime:
             self._commit.wait(wait)
             self._stopping.wait(max(0.0, started + TRANSMIT_GAP_S - time.monotonic()))
 
-    def _watch(self, db: ServedDatabase) -> None:
-        """Set the commit event whenever ``db`` commits."""
+    def _start_endpoint(self) -> None:
+        """Serve the instance's endpoint if it has one that is STARTED (an OSError if its
+        port is taken). STOPPED and DISABLED endpoints neither listen nor send."""
+        catalog = self._catalog
+        if catalog is None:
+            return
+        config, instance_id = _run(catalog, lambda ctx: (endpoint_config(ctx), str(ctx.catalog.broker_guid)))
+        if config is None or config.state != "STARTED":
+            self._config = config
+            return
+        server_context, client_context = tls_contexts(config.certificate, config.private_key, config.trusted_peers)
+        settings = EndpointSettings(config.name, instance_id, server_context, client_context, _listen_on(config),
+                                    tuple(thumbprint(peer) for peer in config.trusted_peers),
+                                    config.encryption, config.message_forwarding,
+                                    config.message_forward_size << 20)
+        inbound = Inbound(catalog, self._databases, forwarding=config.message_forwarding)
+        self.endpoint = TcpEndpoint(settings, inbound.apply).start()
+        self.transmitter.network = self.endpoint
+        self._config = config
+
+    def _stop_endpoint(self, timeout: float) -> None:
+        if self.endpoint is not None:
+            self.transmitter.network = None
+            self.endpoint.stop(timeout)
+            self._write_connections(closing=True)
+            self.endpoint = None
+
+    def _keep_endpoint(self) -> None:
+        """Every second: serve the databases the instance now has (``_serve_databases``)
+        and the endpoint as the instance catalog now defines it (CREATE, ALTER and DROP
+        ENDPOINT take effect within a second, as SQL Server's do at once), and write its
+        connections."""
+        catalog = self._catalog
+        assert catalog is not None
+        while not self._stopping.wait(CONNECTIONS_EVERY_S):
+            try:
+                self._serve_databases()
+                if _run(catalog, endpoint_config) != self._config:
+                    log.info("the endpoint's definition changed: serving it anew")
+                    self._stop_endpoint(ENDPOINT_STOP_S)
+                    self._start_endpoint()
+                self._write_connections()
+            except Exception:
+                log.exception("could not serve the endpoint or write sys.dm_broker_connections")
+
+    def _write_connections(self, *, closing: bool = False) -> None:
+        endpoint, catalog = self.endpoint, self._catalog
+        if endpoint is None or catalog is None:
+            return
+        if closing:
+            _run(catalog, lambda ctx: forget_connections(ctx, self._session))
+        else:
+            connections, forwarded = endpoint.connections(), endpoint.forwarded()
+            _run(catalog, lambda ctx: record_connections(ctx, self._session, connections, forwarded))
+
+    def _watch(self, db: ServedDatabase, stopping: threading.Event) -> None:
+        """Set the commit event whenever ``db`` commits (until ``stopping``)."""
         state = db.state
         with state.backend.watching(db.engine, state.notifier) as wait_for_commit:
-            while not self._stopping.is_set():
+            while not self._stopping.is_set() and not stopping.is_set():
                 seen = state.notifier.counter(ANY_QUEUE)
                 deadline = time.monotonic() + WATCH_SLICE_S
                 wait_for_commit(seen, deadline)
                 if state.notifier.counter(ANY_QUEUE) != seen or time.monotonic() < deadline:
                     self._commit.set()
+
+
+@dataclass
+class _Served:
+    """A database served: its runtime and the thread that watches it for commits."""
+
+    db: ServedDatabase
+    runtime: Runtime
+    watcher: threading.Thread
+    stopping: threading.Event
+
+
+def _listen_on(config: EndpointConfig) -> tuple[str, int]:
+    """LISTENER_IP = ALL listens on every interface (IPv4 and IPv6)."""
+    return (config.listener_ip or "", config.port)
+
+
+def _run(db: ServedDatabase, verb: Callable[[TxContext], T]) -> T:
+    with db.transaction() as tx:
+        return tx.run(verb)

@@ -7,6 +7,9 @@ each with its database's routes and a directory of every database served
 
 * send the ones for another database as frames, in one batch per destination, and
   settle the receipts in the sender's transaction (acknowledged ones leave the queue);
+* send the ones for another instance to its endpoint's address the same way, through
+  the network transport when the instance has an endpoint (``transport.tcp``); a message
+  that comes back without a receipt waits, and goes again after a back-off;
 * deliver the ones for their own database there (their target may have appeared);
 * leave the rest waiting with the reason: no route, no such service, the network
   transport not configured, a dialog that received an error; a route that is missing
@@ -29,6 +32,7 @@ from datetime import UTC, datetime
 from broker.conversations.frames import Delivery
 from broker.conversations.outbound import (
     OutboundMessage,
+    bound_services,
     claim,
     deliver_here,
     due_messages,
@@ -38,20 +42,29 @@ from broker.conversations.outbound import (
     settle,
     wait,
 )
-from broker.routing.matching import ROUTE_REQUESTED, Delayed, Destination, Local, route
+from broker.routing.matching import ROUTE_REQUESTED, Delayed, Destination, Local, Remote, route
 from broker.runtime.dynamic_routing import SYSTEM_QUEUE, request_routes, take_answers
+from broker.runtime.mirrors import Hop, Principals
 from broker.storage.catalog import Catalog
 from broker.storage.context import TxContext
 from broker.storage.served import ServedDatabase
 from broker.transport.inprocess import InProcessTransport
-from broker.transport.seam import Transport, TransportError
+from broker.transport.seam import NetworkTransport, Transport, TransportError
 
 log = logging.getLogger("broker.runtime")
 
 BATCH = 1000  # messages read from one transmission queue per pass
-# The network transport between instances is the next milestone: until it exists, a
-# message routed to a TCP address waits with SQL Server's text for that case (9666).
+# A message routed to a TCP address while the instance has no endpoint running waits
+# with SQL Server's text for that case (9666).
 NO_NETWORK_TRANSPORT = "The Service Broker protocol transport is disabled or not configured."
+# A dialog begun WITH ENCRYPTION = ON routed to another instance, while its database has
+# no remote service binding for the target service (spec 1.7): it waits until one exists.
+NO_BINDING = ("Dialog security is not available for this conversation because there is no remote service "
+              "binding for the target service. Create a remote service binding, or specify ENCRYPTION = OFF "
+              "in the BEGIN DIALOG statement.")  # 9727
+# A message sent to another instance that came back with no receipt (the frame was lost
+# or dropped on the way, or forwarded and not answered): it goes again after a back-off.
+NOT_ACKNOWLEDGED = "The message was sent to the remote instance but has not been acknowledged yet."
 
 
 class Databases:
@@ -72,6 +85,7 @@ class _Look:
     catalog: Catalog
     messages: list[OutboundMessage]
     next_due: datetime | None
+    bound: frozenset[str]  # the remote services it has a remote service binding for
 
 
 @dataclass(slots=True)
@@ -79,17 +93,22 @@ class _Plan:
     """What one pass does with one database's due messages."""
 
     by_destination: dict[str, list[OutboundMessage]] = field(default_factory=lambda: defaultdict(list))
+    by_address: dict[Hop, list[OutboundMessage]] = field(default_factory=lambda: defaultdict(list))
     here: list[OutboundMessage] = field(default_factory=list)
     waiting: dict[str, list[OutboundMessage]] = field(default_factory=lambda: defaultdict(list))
     errored: list[OutboundMessage] = field(default_factory=list)
 
 
 class Transmitter:
-    """Serves the transmission queues of ``databases()`` (asked again every pass)."""
+    """Serves the transmission queues of ``databases()`` (asked again every pass); messages
+    for other instances go through ``network`` when there is one."""
 
-    def __init__(self, databases: Callable[[], Sequence[ServedDatabase]], *, batch: int = BATCH) -> None:
+    def __init__(self, databases: Callable[[], Sequence[ServedDatabase]], *, batch: int = BATCH,
+                 network: NetworkTransport | None = None) -> None:
         self._databases = databases
         self._batch = batch
+        self.network = network
+        self.principals = Principals()  # which partner of each mirrored route is the principal (spec 8.8)
 
     def run_pass(self) -> tuple[int, datetime | None]:
         """One pass over every database: (messages that left a transmission queue, the
@@ -114,7 +133,9 @@ class Transmitter:
         def look(ctx: TxContext) -> _Look:
             if ctx.catalog.queue_named(SYSTEM_QUEUE) is not None:
                 take_answers(ctx)
-            return _Look(db, ctx.catalog, due_messages(ctx, self._batch), next_due(ctx))
+            messages = due_messages(ctx, self._batch)
+            bound = bound_services(ctx) if any(m.session_key is not None for m in messages) else frozenset()
+            return _Look(db, ctx.catalog, messages, next_due(ctx), bound)
 
         with db.transaction() as tx:
             return tx.run(look)
@@ -133,6 +154,8 @@ class Transmitter:
                 plan.waiting[error.status].extend(batch)
                 continue
             deliveries.append((delivery, {m.message_id: m for m in batch}))
+        for address, batch in plan.by_address.items():
+            deliveries += self._send_away(catalog, address, batch, plan, look.bound)
 
         def settle_all(ctx: TxContext) -> tuple[int, datetime | None]:
             free = claim(ctx, (m.conversation_handle for m in look.messages))
@@ -152,6 +175,31 @@ class Transmitter:
 
         with look.db.transaction() as tx:
             return tx.run(settle_all)
+
+    def _send_away(self, catalog: Catalog, hop: Hop, batch: list[OutboundMessage], plan: _Plan,
+                   bound: frozenset[str]) -> list[tuple[Delivery, dict[int, OutboundMessage]]]:
+        """Send ``batch`` to another instance's endpoint (a mirrored route's principal,
+        ``mirrors.Principals``); the deliveries to settle. What cannot go (no endpoint;
+        dialog security without a remote service binding), or came back without a
+        receipt, joins ``plan.waiting``."""
+        if self.network is None:
+            plan.waiting[NO_NETWORK_TRANSPORT].extend(batch)
+            return []
+        plan.waiting[NO_BINDING].extend(m for m in batch if m.session_key is not None and m.to_service not in bound)
+        batch = [m for m in batch if m.session_key is None or m.to_service in bound]
+        if not batch:
+            return []
+        try:
+            deliveries = self.principals.deliver(self.network, str(catalog.broker_guid), hop,
+                                                 frames_of(catalog, batch, None))
+        except TransportError as error:
+            log.warning("could not send %d message(s) to %s: %s", len(batch), hop.address, error.status)
+            plan.waiting[error.status].extend(batch)
+            return []
+        answered = {r.message_id for delivery in deliveries for r in delivery.receipts}
+        plan.waiting[NOT_ACKNOWLEDGED].extend(m for m in batch if m.message_id not in answered)
+        sent = {m.message_id: m for m in batch}
+        return [(delivery, sent) for delivery in deliveries]
 
 
 def _plan(messages: list[OutboundMessage], origin: str, catalog: Catalog, directory: Databases) -> _Plan:
@@ -174,6 +222,6 @@ def _plan(messages: list[OutboundMessage], origin: str, catalog: Catalog, direct
                 plan.here.append(message)
             else:
                 plan.by_destination[destination.broker_instance].append(message)
-        else:
-            plan.waiting[NO_NETWORK_TRANSPORT].append(message)
+        elif isinstance(destination, Remote):
+            plan.by_address[Hop.of(destination)].append(message)
     return plan

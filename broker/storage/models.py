@@ -23,6 +23,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -56,6 +57,12 @@ class BrokerDatabase(Base):
     # copy of the catalog is stale.
     catalog_version: Mapped[int] = mapped_column(BigInteger)
     create_date: Mapped[datetime] = mapped_column(UTCDateTime())
+    # Database mirroring (spec 8.8, ``ddl.mirroring``): the instances (their catalogs'
+    # broker ids) that serve this database as principal and as mirror, each NULL while
+    # unknown, both NULL when it is not mirrored; failovers so far.
+    mirroring_principal: Mapped[uuid.UUID | None] = mapped_column(GUID())
+    mirroring_mirror: Mapped[uuid.UUID | None] = mapped_column(GUID())
+    mirroring_role_sequence: Mapped[int] = mapped_column(Integer, server_default="0")
 
 
 class XmlSchemaCollection(Base):
@@ -342,3 +349,98 @@ class InstanceDatabase(Base):
     url: Mapped[str] = mapped_column(Text)
     database_id: Mapped[int] = mapped_column(Integer, unique=True)
     create_date: Mapped[datetime] = mapped_column(UTCDateTime())
+    # The member's mirroring role here (1 principal, 2 mirror, NULL not mirrored) and its
+    # broker id, as the instance last read them from the member: what its endpoint answers with.
+    mirroring_role: Mapped[int | None] = mapped_column(SmallInteger)
+    mirroring_guid: Mapped[uuid.UUID | None] = mapped_column(GUID())
+
+
+class ServiceBrokerEndpoint(Base):
+    """CREATE ENDPOINT ... FOR SERVICE_BROKER: at most one row, in an instance catalog.
+
+    The certificate, its private key and the trusted peers' certificates are PEM text
+    (the peers' concatenated). The key is stored as it was given, unencrypted: SQL
+    Server encrypts it with the master database's key; here the instance catalog itself
+    must be protected (docs/endpoints.md).
+    """
+
+    __tablename__ = "sb_endpoints"
+
+    endpoint_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    name: Mapped[str] = mapped_column(String(SYSNAME), unique=True)
+    port: Mapped[int] = mapped_column(Integer)
+    listener_ip: Mapped[str | None] = mapped_column(String(45))  # NULL: LISTENER_IP = ALL
+    state: Mapped[str] = mapped_column(String(8))  # STARTED, STOPPED or DISABLED
+    certificate: Mapped[str] = mapped_column(Text)
+    private_key: Mapped[str] = mapped_column(Text)
+    trusted_peers: Mapped[str] = mapped_column(Text)  # '' trusts no peer
+    encryption: Mapped[str] = mapped_column(String(9))  # REQUIRED, SUPPORTED or DISABLED
+    encryption_algorithm: Mapped[str] = mapped_column(String(16))  # AES
+    message_forwarding: Mapped[bool] = mapped_column(Boolean)
+    message_forward_size: Mapped[int] = mapped_column(Integer)  # megabytes
+    create_date: Mapped[datetime] = mapped_column(UTCDateTime())
+    modify_date: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class BrokerConnection(Base):
+    """sys.dm_broker_connections: one row per network connection of the endpoint, kept
+    by the runtime that holds the connection (``runtime_session``). The codes of
+    ``state``, ``login_state`` and ``encryption_algorithm`` are in
+    ``broker.storage.connection_states``; the view adds their descriptions.
+
+    The last three columns are not SQL Server's: the peer's ``host:port``, why a
+    connection was refused (NULL if it was not), and which runtime wrote the row.
+    """
+
+    __tablename__ = "sb_broker_connections"
+
+    connection_id: Mapped[uuid.UUID] = mapped_column(GUID(), primary_key=True)
+    transport_stream_id: Mapped[uuid.UUID | None] = mapped_column(GUID())
+    state: Mapped[int] = mapped_column(SmallInteger)
+    connect_time: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    login_time: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    authentication_method: Mapped[str | None] = mapped_column(String(128))
+    principal_name: Mapped[str | None] = mapped_column(String(128))
+    remote_user_name: Mapped[str | None] = mapped_column(String(128))
+    last_activity_time: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    is_accept: Mapped[bool] = mapped_column(Boolean)
+    login_state: Mapped[int] = mapped_column(SmallInteger, server_default="0")
+    peer_certificate_id: Mapped[int | None] = mapped_column(Integer)
+    encryption_algorithm: Mapped[int] = mapped_column(SmallInteger, server_default="0")
+    receives_posted: Mapped[int] = mapped_column(SmallInteger, server_default="0")
+    is_receive_flow_controlled: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    sends_posted: Mapped[int] = mapped_column(SmallInteger, server_default="0")
+    is_send_flow_controlled: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    total_bytes_sent: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    total_bytes_received: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    total_fragments_sent: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    total_fragments_received: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    total_sends: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    total_receives: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    peer_arbitration_id: Mapped[uuid.UUID | None] = mapped_column(GUID())
+    address: Mapped[str | None] = mapped_column(String(300))  # the peer's host:port
+    refusal: Mapped[str | None] = mapped_column(String(4000))
+    runtime_session: Mapped[str | None] = mapped_column(String(256), index=True)
+
+
+class BrokerForwardedMessage(Base):
+    """sys.dm_broker_forwarded_messages: a message the instance holds in memory while it
+    forwards it, written by the runtime that forwards it (``runtime_session``)."""
+
+    __tablename__ = "sb_forwarded_messages"
+
+    forwarded_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    conversation_id: Mapped[uuid.UUID] = mapped_column(GUID())
+    is_initiator: Mapped[bool] = mapped_column(Boolean)
+    to_service_name: Mapped[str] = mapped_column(String(256))
+    to_broker_instance: Mapped[str] = mapped_column(String(128))
+    from_service_name: Mapped[str] = mapped_column(String(256))
+    from_broker_instance: Mapped[str] = mapped_column(String(128))
+    adjacent_broker_address: Mapped[str] = mapped_column(String(256))
+    message_sequence_number: Mapped[int] = mapped_column(BigInteger)
+    message_fragment_number: Mapped[int] = mapped_column(Integer)
+    hops_remaining: Mapped[int] = mapped_column(SmallInteger)
+    time_to_live: Mapped[int] = mapped_column(Integer)
+    time_consumed: Mapped[int] = mapped_column(Integer)
+    message_id: Mapped[int] = mapped_column(BigInteger)
+    runtime_session: Mapped[str] = mapped_column(String(256), index=True)

@@ -9,14 +9,17 @@ sender tries again later.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 
 from broker.conversations.arrival import arrive
-from broker.conversations.frames import Delivery, MessageFrame
+from broker.conversations.frames import Delivery, MessageFrame, Receipt
 from broker.errors import BrokerError
 from broker.routing.matching import BROKER_NOT_FOUND
 from broker.storage.served import ServedDatabase
 from broker.transport.seam import TransportError
+
+log = logging.getLogger("broker.transport")
 
 
 class InProcessTransport:
@@ -29,9 +32,18 @@ class InProcessTransport:
         database = self._databases.get(destination)
         if database is None:
             raise TransportError(BROKER_NOT_FOUND)
-        try:
-            with database.transaction() as tx:
-                receipts = tx.run(lambda ctx: arrive(ctx, frames))
-        except BrokerError as error:
-            raise TransportError(f"The target database could not take the messages: {error.message}") from error
-        return Delivery(destination, tuple(receipts))
+        return apply_frames(database, destination, frames)
+
+
+def apply_frames(database: ServedDatabase, broker_instance: str, frames: Sequence[MessageFrame]) -> Delivery:
+    """Apply ``frames`` in one transaction of ``database`` (whose broker instance this is);
+    its receipts once it has committed. A database that fails commits nothing: every
+    frame is refused with the reason, and waits at its sender."""
+    try:
+        with database.transaction() as tx:
+            receipts = tx.run(lambda ctx: arrive(ctx, frames))
+    except BrokerError as error:
+        log.warning("database %s could not take %d message(s): %s", broker_instance, len(frames), error.message)
+        reason = f"The target database could not take the messages: {error.message}"
+        return Delivery(broker_instance, tuple(Receipt(frame.message_id, False, reason) for frame in frames))
+    return Delivery(broker_instance, tuple(receipts))

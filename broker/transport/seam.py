@@ -1,9 +1,12 @@
 """The transport seam: frames to a destination, receipts back (spec 7.5's layering).
 
-A transport carries the dialog protocol's frames (``conversations.frames``) to the
-database whose broker instance it is given and returns that database's receipts, which
-hold because the destination has committed them. It adds no semantics: sequencing,
-duplicates and acknowledgements are the dialog protocol's.
+A transport carries the dialog protocol's frames (``conversations.frames``) to their
+destination and returns the receipts, which hold because the destination has committed
+them. It adds no semantics: sequencing, duplicates and acknowledgements are the dialog
+protocol's. :class:`Transport` reaches a database of this instance by its broker
+instance (``transport.inprocess``); :class:`NetworkTransport` reaches another
+instance's endpoint by its address (``transport.tcp``), where the frames may land in
+several databases, each answering for its own.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from broker.conversations.frames import Delivery, MessageFrame
+from broker.routing.addresses import TcpAddress
 
 
 class TransportError(Exception):
@@ -28,4 +32,12 @@ class Transport(Protocol):
     def deliver(self, destination: str, frames: Sequence[MessageFrame]) -> Delivery:
         """Carry ``frames`` to the database with broker instance ``destination``; its
         receipts, once it has committed them. Raises ``TransportError`` otherwise."""
+        ...
+
+
+class NetworkTransport(Protocol):
+    def deliver(self, address: TcpAddress, frames: Sequence[MessageFrame]) -> Sequence[Delivery]:
+        """Carry ``frames`` to the endpoint at ``address``; the receipts of every database
+        that took some, once each has committed. A frame without a receipt was not taken
+        (the sender tries again later). Raises ``TransportError`` when nothing got through."""
         ...

@@ -1,0 +1,220 @@
+"""Certificates for the Service Broker endpoint (AUTHENTICATION = CERTIFICATE), and the
+TLS contexts that authenticate with them.
+
+SQL Server trusts a peer's endpoint when the peer proves it holds the private key of a
+certificate installed locally (no chain to a certificate authority). Here the same holds
+through mutual TLS: each side's trust store holds exactly the certificates it was given
+(``trusted_peers``), pinned. :func:`create_certificate` makes what such pinning needs: a
+self-signed certificate that is not a CA (``BasicConstraints CA:FALSE``, so a trusted
+peer's key cannot vouch for a third certificate), with a key usage of digital signatures
+and the extended key usages of both a TLS server and a TLS client (every endpoint both
+accepts and dials). The TLS proofs are in ``tests/test_certificates.py``.
+
+Nothing here touches a database: the endpoint DDL (``broker.ddl.endpoints``) and the
+runtime's transport use these functions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import ssl
+import tempfile
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from broker import arguments
+from broker.errors import BrokerError
+
+# What a PEM is given as: its content (bytes, or a str holding "-----BEGIN") or a file path.
+PemSource = str | bytes | os.PathLike[str]
+
+INVALID_FILE = 15208
+INVALID_KEY_DATA = 15297
+_INVALID_FILE_TEXT = ("The certificate, asymmetric key, or private key file is not valid or does not exist; "
+                      "or you do not have permissions for it.")
+_INVALID_DATA_TEXT = "The certificate, asymmetric key, or private key data is invalid."
+LONGEST_VALIDITY_DAYS = 36_525  # a hundred years
+# A new certificate is valid from a few minutes back, so that a peer whose clock runs a
+# little behind accepts it at once.
+_CLOCK_SKEW = timedelta(minutes=5)
+
+
+def create_certificate(name: str, *, days: int = 365, start_date: datetime | None = None) -> tuple[bytes, bytes]:
+    """A new key pair and a self-signed certificate whose subject is ``CN=name``:
+    (certificate PEM, private key PEM, unencrypted PKCS#8).
+
+    CREATE CERTIFICATE ... WITH SUBJECT, START_DATE, EXPIRY_DATE: valid from ``start_date``
+    (default: now) for ``days`` days. The key is EC P-256, which TLS 1.2 and 1.3 take.
+    """
+    name = arguments.object_name(name, "certificate")
+    days = arguments.integer(days, "the certificate's days of validity", minimum=1, maximum=LONGEST_VALIDITY_DAYS)
+    if start_date is not None and not isinstance(start_date, datetime):
+        raise arguments.wrong_type("START_DATE", start_date, "datetime")
+    start = datetime.now(UTC) - _CLOCK_SKEW if start_date is None else _aware(start_date)
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    key_id = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(start + timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
+                                     data_encipherment=False, key_agreement=False, key_cert_sign=False,
+                                     crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+                       critical=False)
+        .add_extension(key_id, critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(key_id), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return canonical_pem(certificate), canonical_key_pem(key)
+
+
+def read_pem(value: PemSource, what: str = "certificate") -> bytes:
+    """PEM content from ``value``: ``bytes`` are the content, a ``str`` holding
+    ``-----BEGIN`` is the content, any other ``str`` or a path-like names a file.
+
+    A file that is missing or cannot be read is 15208. Nothing is parsed here.
+    """
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, str):
+        if "-----BEGIN" in value:
+            return arguments.text(value, what).encode("utf-8")
+        path: str | os.PathLike[str] = arguments.text(value, f"the {what} file name", empty=False)
+    elif isinstance(value, os.PathLike):
+        path = value
+    else:
+        raise arguments.wrong_type(what, value, "PEM content (bytes or str) or a file path")
+    try:
+        return Path(path).read_bytes()
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the name
+        raise _invalid_file(f"{what} file {os.fspath(path)!r}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def load_certificate(pem: bytes, what: str = "certificate") -> x509.Certificate:
+    """The one certificate that ``pem`` holds (15208 for anything else)."""
+    certificates = load_certificates(pem, what)
+    if len(certificates) != 1:
+        raise _invalid_file(f"the {what} holds {len(certificates)} certificates, not one")
+    return certificates[0]
+
+
+def load_certificates(pem: bytes, what: str = "certificate") -> list[x509.Certificate]:
+    """Every certificate of a PEM text (one or more; 15208 if there is none or one is bad)."""
+    try:
+        return x509.load_pem_x509_certificates(pem)
+    except (ValueError, TypeError) as exc:
+        raise _invalid_file(f"the {what} is not PEM certificate text: {_first_line(exc)}") from None
+
+
+def load_private_key(pem: bytes) -> PrivateKeyTypes:
+    """The private key that ``pem`` holds, unencrypted (15208 otherwise)."""
+    try:
+        return serialization.load_pem_private_key(pem, password=None)
+    except (ValueError, TypeError, NotImplementedError) as exc:
+        raise _invalid_file(f"the private key is not unencrypted PEM key text: {_first_line(exc)}") from None
+
+
+def check_key_pair(certificate_pem: bytes, private_key_pem: bytes) -> None:
+    """Refuse a private key that is not the certificate's own (15297)."""
+    certificate = load_certificate(certificate_pem)
+    key = load_private_key(private_key_pem)
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    if certificate.public_key().public_bytes(*spki) != key.public_key().public_bytes(*spki):
+        raise BrokerError(INVALID_KEY_DATA, f"{_INVALID_DATA_TEXT} The private key is not the key of the "
+                                            f"certificate '{principal_of(certificate_pem)}'.")
+
+
+def thumbprint(pem: bytes) -> str:
+    """The SHA-256 of the certificate's DER encoding, in lower-case hex: what pins it."""
+    der = load_certificate(pem).public_bytes(serialization.Encoding.DER)
+    return hashlib.sha256(der).hexdigest()
+
+
+def principal_of(pem: bytes) -> str:
+    """The certificate's subject common name (the whole subject if it has none): the
+    principal a connection authenticated with it runs as."""
+    subject = load_certificate(pem).subject
+    names = subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    value = names[0].value if names else subject.rfc4514_string()
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def canonical_pem(certificate: x509.Certificate) -> bytes:
+    """A certificate as PEM, in one canonical form (comparable, storable)."""
+    return certificate.public_bytes(serialization.Encoding.PEM)
+
+
+def canonical_key_pem(key: PrivateKeyTypes) -> bytes:
+    """A private key as unencrypted PKCS#8 PEM, whatever PEM form it came in."""
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def tls_contexts(certificate_pem: bytes, private_key_pem: bytes,
+                 trusted_peers: Iterable[bytes]) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """(server, client) TLS contexts of an endpoint: TLS 1.2 at least, each presenting
+    the endpoint's certificate and requiring the peer's, which must be one of
+    ``trusted_peers`` (pinned: there is no CA and no host name to check).
+
+    With no trusted peer every connection is refused. A key pair OpenSSL will not use is
+    15297.
+    """
+    peers = b"".join(trusted_peers).decode("ascii", "replace")
+    contexts = []
+    for protocol in (ssl.PROTOCOL_TLS_SERVER, ssl.PROTOCOL_TLS_CLIENT):
+        context = ssl.SSLContext(protocol)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.check_hostname = False  # the peer is who its pinned certificate says
+        context.verify_mode = ssl.CERT_REQUIRED
+        _load_chain(context, certificate_pem, private_key_pem)
+        if peers.strip():
+            context.load_verify_locations(cadata=peers)
+        contexts.append(context)
+    return contexts[0], contexts[1]
+
+
+def _load_chain(context: ssl.SSLContext, certificate_pem: bytes, private_key_pem: bytes) -> None:
+    """``load_cert_chain`` takes files only: the key goes to a private temporary folder
+    encrypted with a one-time password, and is deleted once loaded."""
+    password = secrets.token_bytes(32)
+    key = load_private_key(private_key_pem)
+    encrypted = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                  serialization.BestAvailableEncryption(password))
+    with tempfile.TemporaryDirectory(prefix="broker-endpoint-") as folder:  # mode 0700
+        certificate_file, key_file = Path(folder, "certificate.pem"), Path(folder, "key.pem")
+        certificate_file.write_bytes(certificate_pem)
+        key_file.write_bytes(encrypted)
+        try:
+            context.load_cert_chain(str(certificate_file), str(key_file), password=password)
+        except ssl.SSLError as exc:
+            raise BrokerError(INVALID_KEY_DATA, f"{_INVALID_DATA_TEXT} TLS cannot use this certificate and "
+                                                f"key: {exc.reason or exc}.") from None
+
+
+def _invalid_file(reason: str) -> BrokerError:
+    return BrokerError(INVALID_FILE, f"{_INVALID_FILE_TEXT} ({reason})")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)

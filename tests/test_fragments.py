@@ -8,7 +8,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 from broker.conversations.frames import MessageFrame
-from broker.transport.tcp import FRAGMENT_BYTES, Reassembly, fragmented
+from broker.transport.fragments import FRAGMENT_BYTES, Reassembly, fragmented
 from broker.transport.wire import Envelope
 
 

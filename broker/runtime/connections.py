@@ -21,7 +21,7 @@ from sqlalchemy import delete, insert
 
 from broker.storage.context import TxContext
 from broker.storage.models import Base
-from broker.transport.tcp import ConnectionInfo, ForwardedMessage
+from broker.transport.records import ConnectionInfo, ForwardedMessage
 
 _connections = Base.metadata.tables["sb_broker_connections"]
 _forwarded = Base.metadata.tables["sb_forwarded_messages"]

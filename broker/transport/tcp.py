@@ -33,9 +33,8 @@ import itertools
 import logging
 import ssl
 import threading
-import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import NamedTuple
 
@@ -45,6 +44,8 @@ from cryptography.hazmat.primitives import hashes
 from broker.conversations.frames import Delivery, MessageFrame, Receipt
 from broker.routing.addresses import TcpAddress
 from broker.storage.connection_states import ConnectionEncryption, ConnectionState, LoginState
+from broker.transport.fragments import REASSEMBLY_BYTES, Reassembly, batches, fragmented
+from broker.transport.records import ConnectionInfo, ForwardedMessage, forwarded_message
 from broker.transport.seam import TransportError
 from broker.transport.wire import (
     PROTOCOL_VERSION,
@@ -78,47 +79,8 @@ CLOSE_WAIT_S = 2.0
 PING_EVERY_S = 2.0  # while batches wait for receipts
 ANSWERING_AT_ONCE = 8  # DATA batches of one connection being answered at once; more wait to be read
 SILENCE_S = 10.0  # a peer silent this long while batches wait has failed
-BATCH_BYTES = 4 << 20  # a DATA frame carries at most about this much
-ENVELOPE_OVERHEAD = 512  # bytes a message's header may take on the wire, beside its names and body
-FRAGMENT_BYTES = 1 << 20  # a larger body travels in fragments of this size
-REASSEMBLY_BYTES = 1 << 30  # fragments of incomplete messages one connection may hold
 INCOMPATIBLE = 59031
 
-
-
-@dataclass
-class ConnectionInfo:
-    """One connection, as ``sys.dm_broker_connections`` shows it."""
-
-    address: str  # the peer's host:port
-    is_accept: bool  # the peer dialled this endpoint
-    connection_id: uuid.UUID = field(default_factory=uuid.uuid4)
-    state: ConnectionState = ConnectionState.NEW
-    login_state: LoginState = LoginState.INITIAL
-    connect_time: datetime = field(default_factory=lambda: datetime.now(UTC))
-    login_time: datetime | None = None
-    last_activity_time: datetime = field(default_factory=lambda: datetime.now(UTC))
-    principal_name: str | None = None  # the subject of the peer's certificate
-    peer_certificate_id: int | None = None  # which trusted peer's certificate it is (1, 2, ...)
-    encryption_algorithm: ConnectionEncryption = ConnectionEncryption.NONE
-    total_bytes_sent: int = 0
-    total_bytes_received: int = 0
-    total_sends: int = 0  # frames written
-    total_receives: int = 0  # frames read
-    total_fragments_sent: int = 0  # messages sent
-    total_fragments_received: int = 0  # messages received
-    refusal: str | None = None  # why the connection was refused or failed
-
-    def touched(self) -> None:
-        self.last_activity_time = datetime.now(UTC)
-
-    def closed(self, refusal: str | None = None) -> None:
-        if self.state != ConnectionState.CLOSED:
-            self.state = ConnectionState.CLOSED
-            if refusal is not None:
-                self.refusal = refusal
-                if self.login_state != LoginState.ONLINE:
-                    self.login_state = LoginState.ERROR
 
 
 @dataclass(frozen=True)
@@ -144,26 +106,6 @@ class Arrived(NamedTuple):
 
 
 Inbound = Callable[[Sequence[MessageFrame]], Arrived]
-
-
-@dataclass(frozen=True)
-class ForwardedMessage:
-    """A message held in memory while it is forwarded, as ``sys.dm_broker_forwarded_messages``
-    shows it."""
-
-    conversation_id: uuid.UUID
-    is_initiator: bool
-    to_service_name: str
-    to_broker_instance: str
-    from_service_name: str
-    from_broker_instance: str
-    adjacent_broker_address: str
-    message_sequence_number: int
-    message_fragment_number: int
-    hops_remaining: int
-    time_to_live: int  # seconds, as SQL Server shows it
-    time_consumed: int
-    message_id: int
 
 
 class TcpEndpoint:
@@ -260,7 +202,7 @@ class TcpEndpoint:
         them. TransportError when no batch was answered."""
         answered: dict[str, list[Receipt]] = {}
         connection: _Outbound | None = None
-        for batch in _batches(fragmented(envelopes)):
+        for batch in batches(fragmented(envelopes)):
             try:
                 connection = connection or await self._connection(address)
                 receipts = await connection.request(next(self._batches), batch)
@@ -300,7 +242,7 @@ class TcpEndpoint:
             for envelope in onward:
                 key = next(self._forwarded_keys)
                 held.append(key)
-                self._forwarding[key] = _forwarded(envelope, address)
+                self._forwarding[key] = forwarded_message(envelope, address)
         try:
             deliveries = await self._send(address, onward)
         except TransportError as failure:
@@ -684,49 +626,6 @@ class _Accepted(_Link):
 
 
 
-class Reassembly:
-    """The fragments of large messages a connection is bringing, in memory until the last
-    one comes: then the message is whole. Fragments come in order on one connection; a
-    gap (a frame skipped as corrupt) or the ``limit`` on what is held drops the partial
-    message, which its sender sends again, whole, since it got no receipt."""
-
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self._parts: dict[tuple[str, int, int], list[bytes]] = {}
-        self._held = 0
-
-    def whole(self, envelopes: Sequence[Envelope]) -> list[Envelope]:
-        """``envelopes`` with every fragment taken in, and the messages they complete."""
-        out: list[Envelope] = []
-        for envelope in envelopes:
-            if envelope.fragments == 1:
-                out.append(envelope)
-                continue
-            frame = envelope.frame
-            key = (frame.from_broker, frame.message_id, frame.sequence)
-            if envelope.fragment == 0:
-                self._drop(key)
-                self._parts[key] = []
-            parts = self._parts.get(key)
-            body = frame.body or b""
-            if parts is None or len(parts) != envelope.fragment or self._held + len(body) > self._limit:
-                log.info("dropped fragment %d of message %d: it does not follow the ones held, or too much is held",
-                         envelope.fragment, frame.message_id)
-                self._drop(key)
-                continue
-            parts.append(body)
-            self._held += len(body)
-            if len(parts) == envelope.fragments:
-                self._drop(key)
-                out.append(envelope._replace(frame=frame._replace(body=b"".join(parts)), fragment=0, fragments=1))
-        return out
-
-    def _drop(self, key: tuple[str, int, int]) -> None:
-        parts = self._parts.pop(key, None)
-        if parts:
-            self._held -= sum(len(part) for part in parts)
-
-
 class _Incoming(asyncio.Protocol):
     """An accepted connection until TLS takes it over. Reading is paused at once, so the
     peer's first bytes (its ClientHello) stay for the handshake: a stream reader would
@@ -753,49 +652,9 @@ def _incompatible(mine: str, theirs: str) -> str | None:
     return None
 
 
-def _forwarded(envelope: Envelope, address: TcpAddress) -> ForwardedMessage:
-    frame = envelope.frame
-    return ForwardedMessage(
-        frame.conversation_id, frame.from_initiator, frame.to_service, frame.to_broker, frame.from_service,
-        frame.from_broker, str(address), frame.sequence, envelope.fragment, envelope.hops_remaining,
-        envelope.time_to_live_ms // 1000, envelope.time_consumed_ms // 1000, frame.message_id)
-
-
 def _time_to_live_ms(lifetime: datetime, now: datetime) -> int:
     """What remains of a message's time to live, in milliseconds, within the wire's range."""
     return max(0, min(2**31 - 1, int((lifetime - now).total_seconds() * 1000)))
-
-
-def fragmented(envelopes: Sequence[Envelope]) -> list[Envelope]:
-    """The whole messages first, then the fragments of those over ``FRAGMENT_BYTES``."""
-    whole: list[Envelope] = []
-    fragments: list[Envelope] = []
-    for envelope in envelopes:
-        body = envelope.frame.body
-        if body is None or len(body) <= FRAGMENT_BYTES:
-            whole.append(envelope)
-            continue
-        count = -(-len(body) // FRAGMENT_BYTES)
-        fragments += [envelope._replace(frame=envelope.frame._replace(body=body[k * FRAGMENT_BYTES:
-                                                                                 (k + 1) * FRAGMENT_BYTES]),
-                                        fragment=k, fragments=count) for k in range(count)]
-    return whole + fragments
-
-
-def _batches(envelopes: Sequence[Envelope]) -> list[list[Envelope]]:
-    """The envelopes in DATA frames of at most about ``BATCH_BYTES``."""
-    batches: list[list[Envelope]] = []
-    size = 0
-    for envelope in envelopes:
-        frame = envelope.frame
-        weight = ENVELOPE_OVERHEAD + len(frame.body or b"") + 4 * (
-            len(frame.from_service) + len(frame.to_service) + len(frame.contract) + len(frame.message_type))
-        if not batches or size + weight > BATCH_BYTES:
-            batches.append([])
-            size = 0
-        batches[-1].append(envelope)
-        size += weight
-    return batches
 
 
 async def _closed(writer: asyncio.StreamWriter) -> None:

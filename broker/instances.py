@@ -19,10 +19,10 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar, cast
+from typing import Any, NamedTuple, cast
 
 from sqlalchemy import Table, delete, func, insert, select
 from sqlalchemy.engine import URL
@@ -38,9 +38,9 @@ from broker.runtime.instance import InstanceRuntime
 from broker.runtime.runner import DEFAULT_POLL_S
 from broker.storage.context import TxContext
 from broker.storage.models import InstanceDatabase
+from broker.storage.served import run_in
 
 log = logging.getLogger("broker")
-T = TypeVar("T")
 FIRST_DATABASE_ID = 5  # SQL Server's system databases take 1 to 4 (msdb is 4)
 _members = cast(Table, InstanceDatabase.__table__)
 
@@ -93,7 +93,7 @@ class Instance:
             log.warning("error 9773: The Service Broker in database '%s' is disabled because there is already "
                         "an enabled Service Broker with the same ID.", name)
         role, guid = _role_of(database, me)
-        _run(self.msdb, lambda ctx: _insert_member(ctx, name, url, role, guid))
+        run_in(self.msdb, lambda ctx: _insert_member(ctx, name, url, role, guid))
         with self._lock:
             self._open[name] = database
         return database
@@ -101,7 +101,7 @@ class Instance:
     def remove_database(self, name: str) -> None:
         """Detach a database from the instance (its data stays where it is)."""
         name = arguments.object_name(name, "database")
-        removed = _run(self.msdb, 
+        removed = run_in(self.msdb, 
             lambda ctx: ctx.conn.execute(delete(_members).where(_members.c.name == name)).rowcount)
         if not removed:
             raise BrokerError(15151, kind="database", name=name)
@@ -122,9 +122,9 @@ class Instance:
         name = arguments.object_name(name, "database")
         database = self.database(name)
         me = self.msdb.service_broker_guid
-        _run(database, lambda ctx: mirroring.fail_over(ctx, me, name))
+        run_in(database, lambda ctx: mirroring.fail_over(ctx, me, name))
         role, guid = _role_of(database, me)
-        _run(self.msdb, lambda ctx: mirroring.record_role(ctx, name, role, guid))
+        run_in(self.msdb, lambda ctx: mirroring.record_role(ctx, name, role, guid))
 
     def database(self, name: str) -> Broker:
         """The member database called ``name`` (911 if there is none)."""
@@ -143,7 +143,7 @@ class Instance:
     @property
     def databases(self) -> dict[str, Broker]:
         """Every member database, by name."""
-        names = _run(self.msdb, 
+        names = run_in(self.msdb, 
             lambda ctx: list(ctx.conn.execute(select(_members.c.name).order_by(_members.c.database_id)).scalars()))
         return {name: self.database(name) for name in names}
 
@@ -173,7 +173,7 @@ class Instance:
         instance's routes)."""
         view = endpoint_views.instance_view(arguments.text(name, "catalog view name"))
         if view is not None:
-            return _run(self.msdb, lambda ctx: endpoint_views.view_rows(ctx, view, where))
+            return run_in(self.msdb, lambda ctx: endpoint_views.view_rows(ctx, view, where))
         if name.lower() in ("sys.databases", "databases"):
             rows = [{**db.catalog("sys.databases")[0], "name": member, "database_id": number}
                     for number, (member, db) in enumerate(self.databases.items(), FIRST_DATABASE_ID)]
@@ -207,7 +207,7 @@ class Instance:
             "private_key": private_key, "trusted_peers": trusted_peers, "encryption": encryption,
             "message_forwarding": message_forwarding, "message_forward_size": message_forward_size,
         }, creating=True))
-        _run(self.msdb, lambda ctx: endpoints.create_endpoint(ctx, name, options))
+        run_in(self.msdb, lambda ctx: endpoints.create_endpoint(ctx, name, options))
 
     def alter_endpoint(self, name: str, **options: Any) -> None:
         """ALTER ENDPOINT: ``create_endpoint``'s options, at least one (7863); the others
@@ -215,16 +215,16 @@ class Instance:
         instance catalog; 15151 if there is no such endpoint."""
         name = arguments.object_name(name, "endpoint")
         checked = endpoints.read_pems(endpoint_options(options, creating=False))
-        _run(self.msdb, lambda ctx: endpoints.alter_endpoint(ctx, name, checked))
+        run_in(self.msdb, lambda ctx: endpoints.alter_endpoint(ctx, name, checked))
 
     def drop_endpoint(self, name: str) -> None:
         """DROP ENDPOINT name: one transaction of the instance catalog; 15151 if there is none."""
         name = arguments.object_name(name, "endpoint")
-        _run(self.msdb, lambda ctx: endpoints.drop_endpoint(ctx, name))
+        run_in(self.msdb, lambda ctx: endpoints.drop_endpoint(ctx, name))
 
     def endpoint_config(self) -> EndpointConfig | None:
         """The instance's Service Broker endpoint as its runtime serves it (None if none)."""
-        return _run(self.msdb, endpoints.endpoint_config)
+        return run_in(self.msdb, endpoints.endpoint_config)
 
     # -- the runtime ---------------------------------------------------------------------
 
@@ -262,7 +262,7 @@ class Instance:
                                     f"because there is already an enabled Service Broker ('{twin}') with the same ID.")
 
     def _row(self, name: str) -> Any:
-        return _run(self.msdb, 
+        return run_in(self.msdb, 
             lambda ctx: ctx.conn.execute(select(_members).where(_members.c.name == name)).first())
 
     def _join_as_mirror(self, database: Broker, me: uuid.UUID, name: str) -> None:
@@ -270,7 +270,7 @@ class Instance:
         if any(other.service_broker_guid == hosted for other in self.databases.values()):
             raise BrokerError(1452, "The partner server instance name must be distinct from the server instance "
                                     "that manages the database. The ALTER DATABASE SET PARTNER command failed.")
-        _run(database, lambda ctx: mirroring.join_as_mirror(ctx, me, name))
+        run_in(database, lambda ctx: mirroring.join_as_mirror(ctx, me, name))
 
     def _principals(self) -> list[Broker]:
         """The members the runtime serves: all but those this instance is the mirror of."""
@@ -284,26 +284,22 @@ class Instance:
             columns = (_members.c.name, _members.c.mirroring_role, _members.c.mirroring_guid)
             return ctx.catalog.broker_guid, list(ctx.conn.execute(select(*columns).order_by(_members.c.database_id)))
 
-        me, rows = _run(self.msdb, read)
+        me, rows = run_in(self.msdb, read)
         members = []
         for row in rows:
             database = self.database(row.name)
-            session = _run(database, mirroring.mirroring)
+            session = run_in(database, mirroring.mirroring)
             if session.principal is None and session.role_of(me) == mirroring.PRINCIPAL:
-                session = _run(database, partial(mirroring.name_principal, instance=me))
+                session = run_in(database, partial(mirroring.name_principal, instance=me))
             role, guid = _role_of(database, me, session)
             if (role, guid) != (row.mirroring_role, row.mirroring_guid):
-                _run(self.msdb, partial(mirroring.record_role, name=row.name, role=role, broker_instance=guid))
+                run_in(self.msdb, partial(mirroring.record_role, name=row.name, role=role, broker_instance=guid))
             members.append(_Member(database, session, role, session.partner_of(me)))
         return members
 
     def __repr__(self) -> str:
         return f"<Instance {self.msdb.engine.url.render_as_string(hide_password=True)}>"
 
-
-def _run(database: Broker, verb: Callable[[TxContext], T]) -> T:
-    with database.transaction() as tx:
-        return tx.run(verb)
 
 
 class _Member(NamedTuple):
@@ -327,7 +323,7 @@ def _role_of(database: Broker, instance: uuid.UUID,
     """The role of ``instance`` in ``database``'s mirroring session and, when it is
     mirrored, the database's broker id: what the instance catalog keeps of it."""
     if session is None:
-        session = _run(database, mirroring.mirroring)
+        session = run_in(database, mirroring.mirroring)
     role = session.role_of(instance)
     return role, database.service_broker_guid if role is not None else None
 

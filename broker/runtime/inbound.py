@@ -24,7 +24,6 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import TypeVar
 
 from broker.conversations.frames import Delivery, MessageFrame, Receipt
 from broker.ddl.mirroring import mirrored_here
@@ -33,13 +32,11 @@ from broker.routing.matching import Delayed, Destination, Local, route
 from broker.runtime.mirrors import acting_as_mirror
 from broker.runtime.transmitter import Databases
 from broker.storage.catalog import Catalog
-from broker.storage.context import TxContext
-from broker.storage.served import ServedDatabase
+from broker.storage.served import ServedDatabase, run_in
 from broker.transport.inprocess import apply_frames
 from broker.transport.tcp import Arrived
 
 log = logging.getLogger("broker.runtime")
-T = TypeVar("T")
 FORWARDING_DISABLED = "Could not forward the message because forwarding is disabled in this SQL Server instance."
 ARRIVING_FROM_OUTSIDE = ""  # the origin of a message that did not begin in a database of this instance
 
@@ -58,7 +55,7 @@ class Inbound:
         """Route and apply ``frames``: one delivery per database that took some (its
         receipts, committed), one for the frames refused before any database (their
         reasons), and the frames to forward, by address. Blocks: it runs transactions."""
-        routes, mirrors = _run(self._msdb, lambda ctx: (ctx.catalog.routes, mirrored_here(ctx)))
+        routes, mirrors = run_in(self._msdb, lambda ctx: (ctx.catalog.routes, mirrored_here(ctx)))
         served = {str(catalog.broker_guid): (db, catalog)
                   for db, catalog in ((db, _catalog_of(db)) for db in self._databases()) if catalog.broker_enabled}
         directory = Databases({guid: catalog for guid, (_, catalog) in served.items()})
@@ -93,9 +90,5 @@ class Inbound:
 
 
 def _catalog_of(db: ServedDatabase) -> Catalog:
-    return _run(db, lambda ctx: ctx.catalog)
+    return run_in(db, lambda ctx: ctx.catalog)
 
-
-def _run(db: ServedDatabase, verb: Callable[[TxContext], T]) -> T:
-    with db.transaction() as tx:
-        return tx.run(verb)

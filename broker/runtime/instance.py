@@ -23,7 +23,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import TypeVar
 
 from broker.ddl.certificates import thumbprint, tls_contexts
 from broker.ddl.endpoints import EndpointConfig, endpoint_config
@@ -31,13 +30,11 @@ from broker.runtime.connections import forget_connections, record_connections, r
 from broker.runtime.inbound import Inbound
 from broker.runtime.runner import DEFAULT_POLL_S, Runtime, failure_pause
 from broker.runtime.transmitter import Transmitter
-from broker.storage.context import TxContext
-from broker.storage.served import ServedDatabase
+from broker.storage.served import ServedDatabase, run_in
 from broker.storage.waiting import ANY_QUEUE
 from broker.transport.tcp import EndpointSettings, TcpEndpoint
 
 log = logging.getLogger("broker.runtime")
-T = TypeVar("T")
 WATCH_SLICE_S = 0.25  # a watcher re-arms this often, so that it notices the runtime stopping
 # Passes start at least this far apart: a burst of commits is taken in batches, and a
 # lone commit waits no longer than this for its pass.
@@ -175,7 +172,7 @@ class InstanceRuntime:
         catalog = self._catalog
         if catalog is None:
             return
-        config, instance_id = _run(catalog, lambda ctx: (endpoint_config(ctx), str(ctx.catalog.broker_guid)))
+        config, instance_id = run_in(catalog, lambda ctx: (endpoint_config(ctx), str(ctx.catalog.broker_guid)))
         if config is None or config.state != "STARTED":
             self._config = config
             return
@@ -206,7 +203,7 @@ class InstanceRuntime:
         while not self._stopping.wait(CONNECTIONS_EVERY_S):
             try:
                 self._serve_databases()
-                if _run(catalog, endpoint_config) != self._config:
+                if run_in(catalog, endpoint_config) != self._config:
                     log.info("the endpoint's definition changed: serving it anew")
                     self._stop_endpoint(ENDPOINT_STOP_S)
                     self._start_endpoint()
@@ -219,10 +216,10 @@ class InstanceRuntime:
         if endpoint is None or catalog is None:
             return
         if closing:
-            _run(catalog, lambda ctx: forget_connections(ctx, self._session))
+            run_in(catalog, lambda ctx: forget_connections(ctx, self._session))
         else:
             connections, forwarded = endpoint.connections(), endpoint.forwarded()
-            _run(catalog, lambda ctx: record_connections(ctx, self._session, connections, forwarded))
+            run_in(catalog, lambda ctx: record_connections(ctx, self._session, connections, forwarded))
 
     def _watch(self, db: ServedDatabase, stopping: threading.Event) -> None:
         """Set the commit event whenever ``db`` commits (until ``stopping``)."""
@@ -250,7 +247,3 @@ def _listen_on(config: EndpointConfig) -> tuple[str, int]:
     """LISTENER_IP = ALL listens on every interface (IPv4 and IPv6)."""
     return (config.listener_ip or "", config.port)
 
-
-def _run(db: ServedDatabase, verb: Callable[[TxContext], T]) -> T:
-    with db.transaction() as tx:
-        return tx.run(verb)

@@ -38,3 +38,9 @@ class ServedDatabase(Protocol):
     def state(self) -> DatabaseState: ...
 
     def transaction(self) -> AbstractContextManager[RunsVerbs]: ...
+
+
+def run_in(db: ServedDatabase, verb: Callable[[TxContext], T]) -> T:
+    """Run ``verb`` in a transaction of its own on ``db``; its result once committed."""
+    with db.transaction() as tx:
+        return tx.run(verb)

@@ -43,7 +43,7 @@ crosses a TCP connection with mutual TLS.
 backlog (``Transmitter.run_pass`` called in this thread until the queue is empty: the
 runtime's work without its waits; between instances through the endpoint of a runtime
 of A's instance catalog that serves no database, while B's instance's runtime serves B
-in this process's other threads, which the profile does not see); ``--profile send``
+in a process of its own); ``--profile send``
 over the preload's SENDs.
 Both on the first number of ``--dialogs``.
 """
@@ -58,6 +58,7 @@ import random
 import socket
 import sqlite3
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -91,7 +92,9 @@ WARM_UP_DEADLINE_S = 120.0  # as do warm-up messages (one per dialog) that take 
 PORTS = (20000, 32000)     # endpoints listen on free loopback ports in this range
 DATABASES, INSTANCES = "databases", "instances"
 TITLES = {DATABASES: "Between databases", INSTANCES: "Between instances (TCP, mutual TLS)"}
-MOVED_BY = {DATABASES: "A to B: the runtime moves", INSTANCES: "A to B over TLS: the two runtimes move"}
+MOVED_BY = {(DATABASES, False): "A to B: the runtime moves",
+            (INSTANCES, True): "A to B over TLS: the two runtimes, a process each, move",
+            (INSTANCES, False): "A to B over TLS: the two runtimes, in one process, move"}
 ONE_PROCESS = {DATABASES: "one process (runtime, receiver thread, sender)",
                INSTANCES: "one process (both runtimes, receiver thread, sender)"}
 PROCESSES = {DATABASES: "runtime, receiver and sender in three processes",
@@ -134,11 +137,12 @@ class Pair:
             raise RuntimeError(f"{late}; still held in A: {statuses}") from None
 
     @contextmanager
-    def runtime(self) -> Iterator[None]:
-        """Every instance's runtime, in this process: B's starts first and stops last."""
+    def runtime(self, processes: bool = False) -> Iterator[None]:
+        """Every instance's runtime, in this process or (``processes``) each in a process of
+        its own, as ``broker --instance URL run`` serves it: B's starts first and stops last."""
         with ExitStack() as stack:
-            for inst in self.instances:
-                stack.enter_context(inst.runtime())
+            for inst, url in zip(self.instances, self.catalog_urls, strict=True):
+                stack.enter_context(_runtime_process(url) if processes else inst.runtime())
             yield
 
     def dispose(self) -> None:
@@ -257,8 +261,9 @@ class DeliveryRun:
         return asdict(self)
 
 
-def delivery_once(n: int, dialogs: int, instances: bool) -> DeliveryRun:
-    """Preload ``n`` messages held in A, then time the runtimes moving them all to B."""
+def delivery_once(n: int, dialogs: int, instances: bool, processes: bool = False) -> DeliveryRun:
+    """Preload ``n`` messages held in A, then time the runtimes (in ``processes``) moving
+    them all to B."""
     with scratch_dir("between") as directory:
         pair = make_pair(directory, dialogs, instances=instances)
         try:
@@ -266,9 +271,15 @@ def delivery_once(n: int, dialogs: int, instances: bool) -> DeliveryRun:
             send_seconds = preload(pair, n)
             if pair.held_in_a() != n:
                 raise RuntimeError("the preload did not leave every message in A's transmission queue")
-            gc.collect()
-            started = time.perf_counter()
-            with pair.runtime():
+            # The runtimes start (their processes spawn) with A's broker disabled, so that
+            # nothing moves before the clock runs. Enabling it is the start: the clock runs
+            # from its commit (the enable itself looks at every held message first, which is
+            # not the delivery's work; a transmitter may take its first batch a moment early).
+            pair.a.set_broker_enabled(False)
+            with pair.runtime(processes):
+                gc.collect()
+                pair.a.set_broker_enabled(True)
+                started = time.perf_counter()
                 pair.drain(DRAIN_DEADLINE_S, "delivery of the preloaded messages")
                 elapsed = time.perf_counter() - started
             check_arrived(pair, n)
@@ -296,28 +307,33 @@ def single_database_send(n: int, dialogs: int) -> float:
 
 
 def run_delivery(runs: int, n: int, shapes: tuple[int, ...], log: Log, instances: bool = False) -> dict[str, Any]:
-    """For each number of dialogs, ``runs`` interleaved pairs of measurements: the single
-    database's batched SEND and the delivery between databases (or ``instances``)."""
+    """For each number of dialogs, ``runs`` interleaved measurements: the single database's
+    batched SEND and the delivery between databases; or between ``instances``, each
+    runtime in a process of its own (the figure compared) and both in this process."""
     if n % BATCH:
         raise ValueError(f"the delivery's message count must be a multiple of {BATCH}")
-    moved_by = MOVED_BY[INSTANCES if instances else DATABASES]
+    topology = INSTANCES if instances else DATABASES
+    ways = {"delivery": True, "delivery_one_process": False} if instances else {"delivery": False}
     measured: list[dict[str, Any]] = []
     for dialogs in shapes:
         single_rates: list[float] = []
-        deliveries: list[DeliveryRun] = []
+        deliveries: dict[str, list[DeliveryRun]] = {way: [] for way in ways}
         for run in range(runs):
             rate = single_database_send(n, dialogs)
             single_rates.append(rate)
             log(f"{dialogs} dialog(s), run {run + 1}/{runs}: one database, 100 SENDs per transaction: "
                 f"{rate:,.0f} msg/s")
-            result = delivery_once(n, dialogs, instances)
-            deliveries.append(result)
-            log(f"{dialogs} dialog(s), run {run + 1}/{runs}: {moved_by} them at {result.rate:,.0f} msg/s "
-                f"(preload SEND {result.send_rate:,.0f} msg/s)")
-        measured.append({"dialogs": dialogs, "single_send100": Summary.of(single_rates).as_dict(),
-                         "delivery": Summary.of([d.rate for d in deliveries]).as_dict(),
-                         "send_held": Summary.of([d.send_rate for d in deliveries]).as_dict(),
-                         "runs": [d.as_dict() for d in deliveries]})
+            for way, processes in ways.items():
+                result = delivery_once(n, dialogs, instances, processes)
+                deliveries[way].append(result)
+                log(f"{dialogs} dialog(s), run {run + 1}/{runs}: {MOVED_BY[topology, processes]} them at "
+                    f"{result.rate:,.0f} msg/s (preload SEND {result.send_rate:,.0f} msg/s)")
+        shape: dict[str, Any] = {"dialogs": dialogs, "single_send100": Summary.of(single_rates).as_dict()}
+        for way, results in deliveries.items():
+            shape[way] = Summary.of([d.rate for d in results]).as_dict()
+        shape["send_held"] = Summary.of([d.send_rate for d in deliveries["delivery"]]).as_dict()
+        shape["runs"] = [d.as_dict() for d in deliveries["delivery"]]
+        measured.append(shape)
     return {"messages": n, "shapes": measured}
 
 
@@ -355,43 +371,52 @@ def _serve(catalog_url: str, pipe: Connection) -> None:
     inst.dispose()
 
 
+@contextmanager
+def _runtime_process(catalog_url: str) -> Iterator[None]:
+    """The runtime of the instance at ``catalog_url`` in a process of its own, serving
+    from when this enters until it exits."""
+    end, child = mp.get_context("spawn").Pipe()
+    process = mp.get_context("spawn").Process(target=_serve, args=(catalog_url, child))
+    try:
+        process.start()
+        if not end.poll(120) or end.recv() != "started":
+            raise RuntimeError("a runtime process did not start")
+        yield
+    finally:
+        _end(process, end)
+        end.close()
+        child.close()
+
+
 def latency_across_processes(samples: int, instances: bool, seed: int = 4) -> LatencyResult:
     """Each instance's runtime in a process of its own, the receiver in another, the sender here."""
     rng = random.Random(seed)
     context = mp.get_context("spawn")
     with scratch_dir("between-latency-mp") as directory:
         pair = make_pair(directory, 1, instances=instances)
-        runtimes: list[tuple[mp.process.BaseProcess, Connection]] = []
         receiver_end, receiver_child = context.Pipe()
         receiver = context.Process(target=_child, args=(pair.b_url, samples, receiver_child))
         latencies: list[int] = []
         try:
-            for url in pair.catalog_urls:  # B's first: its endpoint listens before A's transmitter dials
-                runtime_end, runtime_child = context.Pipe()
-                runtime = context.Process(target=_serve, args=(url, runtime_child))
-                runtimes.append((runtime, runtime_end))
-                runtime.start()
-                if not runtime_end.poll(120) or runtime_end.recv() != "started":
-                    raise RuntimeError("a runtime process did not start")
-            _warm_up(pair)
-            receiver.start()
-            for i in range(samples):
-                if not receiver_end.poll(120) or receiver_end.recv() != "waiting":
-                    raise RuntimeError("the waiting process did not report")
-                time.sleep(rng.uniform(*PAUSE_S))
-                with pair.a.transaction() as tx:
-                    tx.send(pair.handles[0], body=body(i))
-                    sent_at = time.time_ns()
-                if not receiver_end.poll(WAIT_S * 2):
-                    raise RuntimeError("the waiting process did not receive the message")
-                counter, received_at = receiver_end.recv()
-                if counter != i:
-                    raise RuntimeError(f"expected message {i}, got {counter}")
-                latencies.append(received_at - sent_at)
+            with pair.runtime(processes=True):
+                _warm_up(pair)
+                receiver.start()
+                for i in range(samples):
+                    if not receiver_end.poll(120) or receiver_end.recv() != "waiting":
+                        raise RuntimeError("the waiting process did not report")
+                    time.sleep(rng.uniform(*PAUSE_S))
+                    with pair.a.transaction() as tx:
+                        tx.send(pair.handles[0], body=body(i))
+                        sent_at = time.time_ns()
+                    if not receiver_end.poll(WAIT_S * 2):
+                        raise RuntimeError("the waiting process did not receive the message")
+                    counter, received_at = receiver_end.recv()
+                    if counter != i:
+                        raise RuntimeError(f"expected message {i}, got {counter}")
+                    latencies.append(received_at - sent_at)
+                _end(receiver)  # it ends after its last sample
         finally:
-            _end(receiver)  # it ends after its last sample
-            for runtime, runtime_end in reversed(runtimes):  # A's stops before B's, whose endpoint A dials
-                _end(runtime, runtime_end)
+            _end(receiver)
             pair.dispose()
     return LatencyResult.of(PROCESSES[pair.topology], latencies)
 
@@ -447,12 +472,20 @@ def tables(between: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
     for shape in delivery["shapes"]:
         single, moved, held = shape["single_send100"], shape["delivery"], shape["send_held"]
         runs, on = len(shape["runs"]), f"on {shape['dialogs']} dialog{'s' if shape['dialogs'] != 1 else ''}"
+        # Runs saved before the runtimes of two instances each had a process of their own
+        # name no "delivery_one_process" and were measured in one process.
+        separate = topology == INSTANCES and "delivery_one_process" in shape
         rates += [[f"one database: 100 SENDs per transaction {on}", *_spread(single)],
-                  [f"{MOVED_BY[topology]} {delivery['messages']:,} held messages {on}", *_spread(moved)],
-                  [f"A: 100 SENDs per transaction for B {on} (held in the transmission queue)", *_spread(held)]]
+                  [f"{MOVED_BY[topology, separate]} {delivery['messages']:,} held messages {on}", *_spread(moved)]]
         ratio = moved["median"] / single["median"]
         targets.append([f"delivery A to B / one database's batched SEND, {on}", f"{ratio:.3f} x",
                         f">= {DELIVERY_TARGET}x", _status(ratio >= DELIVERY_TARGET)])
+        if separate:
+            alone = shape["delivery_one_process"]
+            rates.append([f"{MOVED_BY[topology, False]} {delivery['messages']:,} held messages {on}", *_spread(alone)])
+            targets.append([f"the same, both runtimes in one process, {on}",
+                            f"{alone['median'] / single['median']:.3f} x", "(shown)", "-"])
+        rates.append([f"A: 100 SENDs per transaction for B {on} (held in the transmission queue)", *_spread(held)])
     latency_rows = [[item["where"], str(item["samples"]), f"{item['p50_ms']:.2f}", f"{item['p95_ms']:.2f}",
                      f"{item['mean_ms']:.2f}", f"{item['max_ms']:.2f}"] for item in between["latency"]]
     targets += [[f"commit-to-RECEIVE p50, {item['where']}", f"{item['p50_ms']:.2f} ms",
@@ -505,9 +538,13 @@ def profile(what: str, n: int, dialogs: int, html: str | None, instances: bool =
                     preload(pair, n)
             else:
                 preload(pair, n)
-                with transmitter_of(pair) as transmitter, profiler:
-                    while transmitter.run_pass()[0]:
-                        pass
+                answered = threading.Event()
+                with transmitter_of(pair, answered.set) as transmitter, profiler:
+                    while pair.held_in_a():
+                        answered.clear()  # before the pass: an answer during it is not missed
+                        transmitter.run_pass()
+                        if transmitter.in_flight:
+                            answered.wait(WAIT_S)
                 check_arrived(pair, n)
         finally:
             pair.dispose()
@@ -518,19 +555,20 @@ def profile(what: str, n: int, dialogs: int, html: str | None, instances: bool =
 
 
 @contextmanager
-def transmitter_of(pair: Pair) -> Iterator[Transmitter]:
+def transmitter_of(pair: Pair, wake: Callable[[], None]) -> Iterator[Transmitter]:
     """A transmitter over A's transmission queue for the caller to drive: the runtime's
     work without its thread. Between instances it sends through the endpoint of a runtime
     of A's instance catalog that serves no database (so its own transmitter has nothing to
-    do), while B's instance's runtime serves B."""
+    do), while B's instance's runtime serves B in a process of its own."""
     if pair.topology == DATABASES:
-        yield Transmitter(lambda: list(pair.instances[0].databases.values()))
+        yield Transmitter(lambda: list(pair.instances[0].databases.values()), wake=wake)
         return
     # B's runtime starts first and stops last: its endpoint never closes a connection under A's.
-    with pair.instances[0].runtime(), InstanceRuntime(lambda: [], catalog=pair.instances[-1].msdb) as endpoint_only:
+    with _runtime_process(pair.catalog_urls[0]), \
+            InstanceRuntime(lambda: [], catalog=pair.instances[-1].msdb) as endpoint_only:
         if endpoint_only.endpoint is None:
             raise RuntimeError("A's instance serves no endpoint")
-        yield Transmitter(lambda: [pair.a], network=endpoint_only.endpoint)
+        yield Transmitter(lambda: [pair.a], network=endpoint_only.endpoint, wake=wake)
 
 
 def _shapes(text: str) -> tuple[int, ...]:

@@ -245,7 +245,8 @@ class Transaction:
                 # Only a connection of the broker's own is known to run nothing else
                 # between its transactions: what it kept from the last one may be reused.
                 kept.begin(self._state.backend.data_version(conn) if owned else None)
-            self._ctx = TxContext(conn, self._state, self._state.catalog_for(conn, kept.catalog_version), kept)
+            self._ctx = TxContext(conn, self._state, self._state.catalog_for(conn, kept.catalog_version), kept,
+                                  changes_at_begin=self._state.backend.changes(conn) if owned else None)
         return self._ctx
 
     def _connection(self) -> Connection:
@@ -269,15 +270,22 @@ class Transaction:
             raise BrokerError(3930, "The transaction was doomed by an earlier failure and has been rolled back.")
         ctx = self._ctx
         touched = ctx.touched_queues if ctx is not None else set()
+        changed = True
         if self._owned is not None:
+            backend, owned = self._state.backend, self._owned
             try:
-                self._end(self._owned, commit=True)
+                self._end(owned, commit=True)
             except self._state.database_errors as exc:
                 raise as_broker_error(exc) from exc
             if ctx is not None:
                 ctx.kept.committed(ctx.catalog.version)
+                # A transaction that wrote nothing (a look) wakes no one: a runtime woken by
+                # its own looks would look again at once, for ever.
+                before = ctx.changes_at_begin
+                changed = bool(touched) or before is None or backend.changes(owned) != before
         self._ctx = None
-        self._state.notifier.notify(touched)
+        if changed:
+            self._state.notifier.notify(touched)
 
     def rollback(self) -> None:
         received = self._ctx.received_queues if self._ctx is not None else set()
@@ -302,8 +310,16 @@ class Transaction:
             log.warning("queue %s disabled: five consecutive rolled-back RECEIVE transactions", name)
             self._state.events.emit(events.BROKER_QUEUE_DISABLED, queue=name)
 
+    def _end(self, conn: Connection, *, commit: bool) -> None:
+        """Commit or roll back the broker's own connection (``_end_on``), then give back
+        its turn at the write lock."""
+        try:
+            self._end_on(conn, commit=commit)
+        finally:
+            self._state.backend.ended(conn)
+
     @staticmethod
-    def _end(conn: Connection, *, commit: bool) -> None:
+    def _end_on(conn: Connection, *, commit: bool) -> None:
         """Commit or roll back the broker's own connection, wherever its transaction began.
 
         One begun on the driver (``Backend.begin_on_driver``) that SQLAlchemy never saw

@@ -4,7 +4,8 @@ Microsoft's tutorial "Completing a Conversation in a Single Database", with its 
 an initiator service sends a request, the target replies and ends the conversation,
 the initiator receives the reply and ends its side. Each step says what the catalog
 and the queues show afterwards. A second run first drops the objects of the first.
-``--between-databases`` plays the next tutorial instead (``cli.demo_between``).
+``--between-databases`` plays the next tutorial instead (``cli.demo_between``),
+``--between-instances`` the one after it (``cli.demo_instances``).
 """
 
 from __future__ import annotations
@@ -48,12 +49,18 @@ _DEMO_OBJECTS = (
     help='Play "Completing a Conversation Between Databases": two databases of one instance.',
 )
 @click.option(
+    "--between-instances",
+    is_flag=True,
+    help='Play "Completing a Conversation Between Instances": two instances, each run by a `broker run` process.',
+)
+@click.option(
     "--folder",
     type=FilePath(exists=True, file_okay=False, path_type=Path),
-    help="With --between-databases: where the SQLite files go (default: the --db file's folder).",
+    help="With --between-databases or --between-instances: where the SQLite files go "
+    "(default: the --db file's folder).",
 )
 @click.pass_context
-def demo(ctx: click.Context, between_databases: bool, folder: Path | None) -> None:
+def demo(ctx: click.Context, between_databases: bool, between_instances: bool, folder: Path | None) -> None:
     """Play the request/reply tutorial, step by step.
 
     Creates the tutorial's message types, contract, queues and services
@@ -68,26 +75,47 @@ def demo(ctx: click.Context, between_databases: bool, folder: Path | None) -> No
     one). The instance's runtime runs in this process and carries the request and the
     reply between the two databases.
 
+    --between-instances plays "Completing a Conversation Between Instances"
+    (//BothDB/2InstSample/...): two instances on loopback, target-instance.db with
+    database InstTargetDB and initiator-instance.db with InstInitiatorDB, in --folder
+    (default as above). It makes a certificate for each instance's endpoint, creates
+    the endpoints on free ports, the routes and the remote service bindings, then
+    starts a `broker --instance URL run` process for each instance (their logs:
+    target-run.log, initiator-run.log) and carries the conversation through them over
+    TLS. The processes are stopped at the end, whatever happens.
+
     \b
     Example:
       broker demo
       broker --db sqlite:///tutorial.db demo
       broker demo --between-databases
       broker demo --between-databases --folder /tmp/tutorial
+      broker demo --between-instances --folder /tmp/tutorial
     """
     state: CliState = ctx.obj
-    if not between_databases:
+    if between_databases and between_instances:
+        raise click.UsageError("give --between-databases or --between-instances, not both")
+    if not (between_databases or between_instances):
         if ctx.get_parameter_source("folder") is ParameterSource.COMMANDLINE:
-            raise click.UsageError("--folder goes with --between-databases")
+            raise click.UsageError("--folder goes with --between-databases or --between-instances")
         single_database(state)
         return
     if state.on_instance:
         raise click.UsageError(
             "demo --between-databases makes an instance of its own (instance.db in --folder): leave out --instance"
+            if between_databases
+            else "demo --between-instances makes two instances of its own (target-instance.db and "
+            "initiator-instance.db in --folder): leave out --instance"
         )
-    from cli import demo_between
+    where = folder if folder is not None else _folder_of(state.url)
+    if between_databases:
+        from cli import demo_between
 
-    demo_between.play(folder if folder is not None else _folder_of(state.url))
+        demo_between.play(where)
+    else:
+        from cli import demo_instances
+
+        demo_instances.play(where)
 
 
 def _folder_of(url: str) -> Path:
@@ -224,6 +252,20 @@ def drop_earlier_run(
             if name in present[view]:
                 getattr(db, drop)(name)
     return True
+
+
+def cleanup_conversations(db: broker.Broker, service: str) -> Callable[[], None]:
+    """A ``cleanup`` for :func:`drop_earlier_run`: END CONVERSATION WITH CLEANUP for what
+    an earlier (or interrupted) run left on ``service``."""
+
+    def clean() -> None:
+        ids = [row["service_id"] for row in db.catalog("sys.services", name=service)]
+        for endpoint in db.catalog("sys.conversation_endpoints"):
+            if endpoint["service_id"] in ids:
+                with db.transaction() as tx:
+                    tx.end_conversation(endpoint["conversation_handle"], cleanup=True)
+
+    return clean
 
 
 def reply_and_end(tx: broker.Transaction, queue: str, request_type: str, reply_type: str) -> broker.Message:

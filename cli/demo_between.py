@@ -19,7 +19,7 @@ from pathlib import Path
 import click
 
 import broker
-from cli.demo import drop_earlier_run, more, receive_one, reply_and_end, say, show_queue, text
+from cli.demo import cleanup_conversations, drop_earlier_run, more, receive_one, reply_and_end, say, show_queue, text
 from cli.render import plural
 
 REQUEST_TYPE = "//BothDB/2DBSample/RequestMessage"
@@ -108,25 +108,12 @@ def _open_databases(inst: broker.Instance, folder: Path) -> tuple[broker.Broker,
              f"service_broker_guid {row['service_broker_guid']}")
     more("Each database has a broker instance of its own: routing tells them apart by it.")
     earlier = [
-        drop_earlier_run(target, _TARGET_OBJECTS, _cleanup(target, TARGET_SERVICE)),
-        drop_earlier_run(initiator, _INITIATOR_OBJECTS, _cleanup(initiator, INITIATOR_SERVICE)),
+        drop_earlier_run(target, _TARGET_OBJECTS, cleanup_conversations(target, TARGET_SERVICE)),
+        drop_earlier_run(initiator, _INITIATOR_OBJECTS, cleanup_conversations(initiator, INITIATOR_SERVICE)),
     ]
     if any(earlier):
         more("Dropped the objects an earlier run of the demo had left.")
     return target, initiator
-
-
-def _cleanup(db: broker.Broker, service: str) -> Callable[[], None]:
-    """END CONVERSATION WITH CLEANUP for what an interrupted run left on ``service``."""
-
-    def clean() -> None:
-        ids = [row["service_id"] for row in db.catalog("sys.services", name=service)]
-        for endpoint in db.catalog("sys.conversation_endpoints"):
-            if endpoint["service_id"] in ids:
-                with db.transaction() as tx:
-                    tx.end_conversation(endpoint["conversation_handle"], cleanup=True)
-
-    return clean
 
 
 def _create_message_types_and_contract(db: broker.Broker) -> None:

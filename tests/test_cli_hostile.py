@@ -195,6 +195,8 @@ USAGE_ERRORS: list[tuple[str, ...]] = [
     ("--database", "TargetDB", "status"),
     ("demo", "--folder", "."),
     ("demo", "--between-databases", "--folder", "no-such-folder"),
+    ("demo", "--between-instances", "--folder", "no-such-folder"),
+    ("demo", "--between-databases", "--between-instances"),
 ]
 
 

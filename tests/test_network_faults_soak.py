@@ -184,9 +184,4 @@ def test_ten_thousand_messages_through_network_faults_arrive_once_and_in_order(p
     print(f"soak: {time.monotonic() - started:.1f} s in all; faults injected: {faults}")
     assert soak.sent == PER_DIALOG
     assert {"corrupt", "duplicate", "reorder", "cut", "drop"} <= set(faults), faults
-    assert_exactly_once_in_order(pair, dialogs=DIALOGS, per_dialog=PER_DIALOG)
-    by_dialog: dict[uuid.UUID, list[int]] = {}
-    for message in pair.target.db.iter_queue_rows(BETWEEN_TARGET_QUEUE):
-        assert message.status == 1  # ready: none is left waiting for a gap
-        by_dialog.setdefault(message.conversation_handle, []).append(message.message_sequence_number)
-    assert all(sequence == list(range(PER_DIALOG)) for sequence in by_dialog.values())
+    assert_exactly_once_in_order(pair, dialogs=DIALOGS, per_dialog=PER_DIALOG)  # each ready, none behind a gap

@@ -116,8 +116,15 @@ def send_many(pair: Pair, dialogs: int, per_dialog: int) -> list[uuid.UUID]:
 
 
 def assert_exactly_once_in_order(pair: Pair, dialogs: int, per_dialog: int) -> None:
+    """Every message once, in its dialog's sequence and ready to RECEIVE (status 1: none
+    waits behind a gap). Rows are listed in sequence order, as RECEIVE returns them: a
+    message that arrived ahead of a lost one sits earlier in the queue (SQL Server's
+    queuing order too) until the gap fills."""
     by_dialog: dict[uuid.UUID, list[bytes | None]] = {}
-    for message in pair.target.db.iter_queue_rows(BETWEEN_TARGET_QUEUE):
+    rows = sorted(pair.target.db.iter_queue_rows(BETWEEN_TARGET_QUEUE),
+                  key=lambda row: (str(row.conversation_handle), row.message_sequence_number))
+    assert {row.status for row in rows} == {1}
+    for message in rows:
         by_dialog.setdefault(message.conversation_handle, []).append(message.message_body)
     assert len(by_dialog) == dialogs
     got = sorted(by_dialog.values())

@@ -74,11 +74,13 @@ class OutboundMessage(NamedTuple):
         return self.to_broker or self.far_broker
 
 
-def due_messages(ctx: TxContext, limit: int) -> list[OutboundMessage]:
+def due_messages(ctx: TxContext, limit: int, after: int = 0) -> list[OutboundMessage]:
     """Outbound messages due for an attempt, in the order they go out: by message id,
-    within each priority from the highest when HONOR_BROKER_PRIORITY is ON. Reads only."""
+    within each priority from the highest when HONOR_BROKER_PRIORITY is ON; only those
+    whose message id is above ``after`` (the ones below are on their way). Reads only."""
     statement = _DUE_BY_PRIORITY if ctx.catalog.honor_broker_priority else _DUE
-    return list(map(OutboundMessage._make, statement.all(ctx.conn, p_now=ctx.now(), p_limit=limit)))
+    return list(map(OutboundMessage._make,
+                    statement.all(ctx.conn, p_now=ctx.now(), p_limit=limit, p_after=after)))
 
 
 def bound_services(ctx: TxContext) -> frozenset[str]:
@@ -211,7 +213,7 @@ def _due(*order: Any) -> Prepared:
     return Prepared(
         select(*_DUE_COLUMNS).join(_e, _e.c.conversation_handle == _t.c.conversation_handle)
         .where(_t.c.to_conversation_handle.is_(None), _t.c.next_attempt_time <= bindparam("p_now"),
-               ~waiting_before.exists())
+               _t.c.message_id > bindparam("p_after"), ~waiting_before.exists())
         .order_by(*order).limit(bindparam("p_limit")))
 
 

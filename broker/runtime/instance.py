@@ -58,11 +58,11 @@ class InstanceRuntime:
         self._session = runtime_session()
         self.poll_interval = poll_interval
         self._activation = activation
-        self.transmitter = Transmitter(databases)
         self._served: dict[int, _Served] = {}  # by the id of the database object
         self._serving = threading.Lock()
         self._stopping = threading.Event()
-        self._commit = threading.Event()
+        self._commit = threading.Event()  # a commit to watch, or an answer to settle: another pass
+        self.transmitter = Transmitter(self._serving_now, wake=self._commit.set)
         self._threads: list[threading.Thread] = []
 
     def start(self) -> InstanceRuntime:
@@ -127,6 +127,17 @@ class InstanceRuntime:
                 with self._serving:
                     self._served[key] = _Served(db, runtime, watcher, stopping)
 
+    def _serving_now(self) -> list[ServedDatabase]:
+        """The databases the transmitter serves: while running, the ones the runtime serves
+        (``databases()`` as the keeper last read it, within a second), so that its passes
+        do not read the instance's members each time; else ``databases()`` now. (A
+        database whose partner has just become principal may be sent from by both for
+        that second: its destinations drop what they already have.)"""
+        with self._serving:
+            if self._threads:
+                return [served.db for served in self._served.values()]
+        return list(self._databases())
+
     @staticmethod
     def _stop_serving(served: _Served, timeout: float) -> None:
         served.stopping.set()
@@ -181,6 +192,8 @@ class InstanceRuntime:
                                     tuple(thumbprint(peer) for peer in config.trusted_peers),
                                     config.encryption, config.message_forwarding,
                                     config.message_forward_size << 20)
+        # What arrives asks ``databases()`` each batch: a database this instance has just
+        # become the mirror of refuses at once (954), before the keeper's next look.
         inbound = Inbound(catalog, self._databases, forwarding=config.message_forwarding)
         self.endpoint = TcpEndpoint(settings, inbound.apply).start()
         self.transmitter.network = self.endpoint

@@ -69,6 +69,25 @@ _LOCK_GROUP_OF = Prepared(
 )
 _NOTIFY = "SELECT pg_notify('" + CHANNEL + "', %s)"
 
+# Per SQLite database of this process, its turn at the write lock (``begin_on_driver``).
+_turns: dict[str, threading.Lock] = {}
+_turns_lock = threading.Lock()
+_TURN = "broker_write_turn"  # the key, in a connection's info, of the turn it holds
+
+
+def write_turn(database_key: str) -> threading.Lock:
+    """The lock a thread of this process holds from BEGIN IMMEDIATE to the end of its
+    transaction on the database ``database_key``: one per database, shared by every
+    engine of the process that opens it."""
+    with _turns_lock:
+        return _turns.setdefault(database_key, threading.Lock())
+
+
+def _give_back(info: dict[Any, Any]) -> None:
+    turn = info.pop(_TURN, None)
+    if turn is not None:
+        turn.release()
+
 
 class Backend:
     """The SQLite behaviour; ``PostgresBackend`` overrides what differs."""
@@ -103,16 +122,58 @@ class Backend:
             if not conn.connection.dbapi_connection.in_transaction:
                 self.begin_on_driver(conn)
 
+        # A transaction SQLAlchemy ends (it joined one, or began it), or that the pool
+        # rolls back or throws away, gives its turn at the write lock back.
+        for ending in ("commit", "rollback"):
+            event.listen(engine, ending, lambda conn: self.ended(conn))
+
+        @event.listens_for(engine.pool, "reset")
+        def _on_reset(_dbapi: Any, record: Any, _state: Any) -> None:
+            _give_back(record.info)
+
+        @event.listens_for(engine.pool, "close")
+        def _on_close(_dbapi: Any, record: Any) -> None:
+            _give_back(record.info)
+
+        @event.listens_for(engine.pool, "invalidate")
+        def _on_invalidate(_dbapi: Any, record: Any, _error: Any) -> None:
+            _give_back(record.info)
+
     def begin_on_driver(self, conn: Connection) -> bool:
         """Begin ``conn``'s transaction on the driver, without SQLAlchemy's bookkeeping;
         False where the backend leaves beginning to SQLAlchemy.
 
-        SQLite: ``BEGIN IMMEDIATE``. SQLAlchemy's own begin and commit cost about as much
-        as a one-message SEND's statements; a SQLAlchemy statement run later in the
-        transaction joins it (``_on_begin``) and SQLAlchemy then ends it.
+        SQLite: ``BEGIN IMMEDIATE``, after taking this process's turn at the database's
+        write lock (:func:`write_turn`): threads that want it queue in order instead of
+        each sleeping in SQLite's busy handler and retrying, where one that just
+        committed takes it again before the sleepers wake. :meth:`ended` gives it back.
+        SQLAlchemy's own begin and commit cost about as much as a one-message SEND's
+        statements; a SQLAlchemy statement run later in the transaction joins it
+        (``_on_begin``) and SQLAlchemy then ends it.
         """
-        conn.connection.dbapi_connection.execute("BEGIN IMMEDIATE")  # type: ignore[union-attr]
+        turn = write_turn(self.database_key(conn.engine))
+        # A turn never given back (a connection lost without its end being seen) costs
+        # a wait of busy_timeout, after which SQLite's own lock decides, as it always does.
+        if turn.acquire(timeout=SQLITE_BUSY_TIMEOUT_MS / 1000):
+            conn.info[_TURN] = turn
+        try:
+            conn.connection.dbapi_connection.execute("BEGIN IMMEDIATE")  # type: ignore[union-attr]
+        except BaseException:
+            self.ended(conn)
+            raise
         return True
+
+    def ended(self, conn: Connection) -> None:
+        """``conn``'s transaction has ended (or is about to, as SQLAlchemy commits): its
+        turn at the write lock goes to the next thread waiting."""
+        _give_back(conn.info)
+
+    def changes(self, conn: Connection) -> int | None:
+        """How many rows ``conn`` has written since it opened; None where it is not known.
+
+        SQLite: the driver's ``total_changes``.
+        """
+        return int(conn.connection.dbapi_connection.total_changes)  # type: ignore[union-attr]
 
     def data_version(self, conn: Connection) -> int | None:
         """A number that changes whenever another connection commits to the database, read
@@ -267,6 +328,9 @@ class PostgresBackend(Backend):
 
     def configure(self, engine: Engine) -> None:
         """READ COMMITTED, the server's default: each statement sees the latest commits."""
+
+    def changes(self, conn: Connection) -> int | None:
+        return None  # every commit notifies (pg_notify is sent only by those that enqueue)
 
     def data_version(self, conn: Connection) -> int | None:
         return None  # every transaction reads afresh (and takes its row locks)

@@ -36,6 +36,9 @@ class TxContext:
     received_queues: set[int] = field(default_factory=set)
     # True once this transaction changed the catalog: its snapshot is then its own.
     changed_catalog: bool = False
+    # The connection's count of rows written when it began (``Backend.changes``; None:
+    # unknown): a commit that leaves it unchanged wrote nothing.
+    changes_at_begin: int | None = None
 
     @staticmethod
     def now() -> datetime:

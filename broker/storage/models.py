@@ -24,6 +24,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -228,6 +229,11 @@ class TransmissionQueueEntry(Base):
         # Whether a dialog has an earlier message still backing off: one seek per message
         # the transmitter reads, however long the dialog's backlog (``outbound.due_messages``).
         Index("ix_sb_transmission_queue_handle_due", "conversation_handle", "next_attempt_time"),
+        # The inbound messages parked while their queue was OFF, by next attempt: the
+        # scheduler's look for them reads none of the outbound backlog (migration 0010).
+        Index("ix_sb_transmission_queue_parked_due", "next_attempt_time",
+              sqlite_where=text("to_conversation_handle IS NOT NULL"),
+              postgresql_where=text("to_conversation_handle IS NOT NULL")),
     )
 
     message_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

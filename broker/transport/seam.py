@@ -11,6 +11,7 @@ several databases, each answering for its own.
 
 from __future__ import annotations
 
+import concurrent.futures
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -35,9 +36,31 @@ class Transport(Protocol):
         ...
 
 
+Answer = concurrent.futures.Future[Sequence[Delivery]]
+
+
 class NetworkTransport(Protocol):
     def deliver(self, address: TcpAddress, frames: Sequence[MessageFrame]) -> Sequence[Delivery]:
         """Carry ``frames`` to the endpoint at ``address``; the receipts of every database
         that took some, once each has committed. A frame without a receipt was not taken
         (the sender tries again later). Raises ``TransportError`` when nothing got through."""
         ...
+
+    def submit(self, address: TcpAddress, frames: Sequence[MessageFrame]) -> Answer:
+        """What :meth:`deliver` does, without waiting: the future of its receipts (read
+        them with :func:`receipts_of`). Batches submitted to one address go in the order
+        they were submitted, each while the earlier ones wait for their receipts."""
+        ...
+
+
+def receipts_of(answer: Answer, timeout: float | None = None) -> Sequence[Delivery]:
+    """The receipts ``answer`` holds (waiting up to ``timeout``); ``TransportError`` when
+    the batch did not get through, did not answer in time (it is cancelled), or its
+    endpoint stopped."""
+    try:
+        return answer.result(timeout)
+    except concurrent.futures.TimeoutError:
+        answer.cancel()
+        raise TransportError("The remote endpoint did not answer in time.") from None
+    except concurrent.futures.CancelledError:
+        raise TransportError("The endpoint stopped.") from None

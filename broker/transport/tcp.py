@@ -13,12 +13,13 @@ sends DATA batches and the accepting side answers each with the receipts of the
 databases that took the messages, once they have committed (``inbound``: the runtime's
 ``Inbound.apply``). Batches of one connection are applied one after another, in the
 order they came, so a dialog's messages keep their order. The dialling side is the
-:class:`~broker.transport.seam.NetworkTransport` the transmitter uses: :meth:`deliver`
-blocks its caller until the receipts come back, or raises ``TransportError`` with a
-transmission status. A connection that fails drops every batch in flight on it: those
-messages have no receipt and go again after a back-off; a batch the destination already
-committed is acknowledged again as duplicates. So a lost, cut or corrupted connection
-loses nothing and delivers nothing twice.
+:class:`~broker.transport.seam.NetworkTransport` the transmitter uses: :meth:`submit`
+sends a batch without waiting (several batches ride one connection at once, each
+answered in turn) and gives the future of its receipts, which fails with a
+``TransportError`` and a transmission status. A connection that fails drops every batch
+in flight on it: those messages have no receipt and go again after a back-off; a batch
+the destination already committed is acknowledged again as duplicates. So a lost, cut
+or corrupted connection loses nothing and delivers nothing twice.
 
 Each direction has its own connection: an instance dials for what it sends and answers
 on what it accepts, so receipts and pings never queue behind its own bulk data. An
@@ -33,10 +34,10 @@ import itertools
 import logging
 import ssl
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
@@ -46,7 +47,7 @@ from broker.routing.addresses import TcpAddress
 from broker.storage.connection_states import ConnectionEncryption, ConnectionState, LoginState
 from broker.transport.fragments import REASSEMBLY_BYTES, Reassembly, batches, fragmented
 from broker.transport.records import ConnectionInfo, ForwardedMessage, forwarded_message
-from broker.transport.seam import TransportError
+from broker.transport.seam import Answer, TransportError, receipts_of
 from broker.transport.wire import (
     PROTOCOL_VERSION,
     CorruptFrame,
@@ -77,8 +78,11 @@ IDLE_S = 90.0  # an outbound connection with nothing in flight this long is clos
 READ_SIZE = 1 << 16
 CLOSE_WAIT_S = 2.0
 PING_EVERY_S = 2.0  # while batches wait for receipts
-ANSWERING_AT_ONCE = 8  # DATA batches of one connection being answered at once; more wait to be read
+ANSWERING_AT_ONCE = 8  # DATA batches of one connection being applied at once; more wait to be read
 SILENCE_S = 10.0  # a peer silent this long while batches wait has failed
+# A batch's receipts come by then, or its connection has failed (dialling, the handshake
+# and the receipts each time out): waiting longer is waiting for a stopped loop.
+ANSWER_DEADLINE_S = CONNECT_TIMEOUT_S + HANDSHAKE_TIMEOUT_S + RECEIPT_TIMEOUT_S
 INCOMPATIBLE = 59031
 
 
@@ -183,18 +187,29 @@ class TcpEndpoint:
     def deliver(self, address: TcpAddress, frames: Sequence[MessageFrame]) -> Sequence[Delivery]:
         """Send ``frames`` to the endpoint at ``address``; the receipts of the databases
         that took them, by database. Blocks until they come (``RECEIPT_TIMEOUT_S``)."""
-        future = asyncio.run_coroutine_threadsafe(self._deliver(address, frames), self._loop)
+        return receipts_of(self.submit(address, frames), ANSWER_DEADLINE_S)
+
+    def submit(self, address: TcpAddress, frames: Sequence[MessageFrame]) -> Answer:
+        """Start sending ``frames`` to the endpoint at ``address``; the future of the
+        receipts. Does not block: batches for one address share its connection, each
+        going while the earlier ones wait for their receipts (pipelined), in the order
+        they were submitted."""
+        sending = self._deliver(address, frames)
         try:
-            return future.result(CONNECT_TIMEOUT_S + HANDSHAKE_TIMEOUT_S + RECEIPT_TIMEOUT_S)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise TransportError(f"The remote endpoint at {address} did not answer in time.") from None
-        except concurrent.futures.CancelledError:
-            raise TransportError("The endpoint stopped.") from None
+            return asyncio.run_coroutine_threadsafe(sending, self._loop)
+        except RuntimeError:  # the loop is closed: the endpoint has stopped
+            sending.close()
+            stopped: Answer = concurrent.futures.Future()
+            stopped.set_exception(TransportError("The endpoint stopped."))
+            return stopped
 
     async def _deliver(self, address: TcpAddress, frames: Sequence[MessageFrame]) -> list[Delivery]:
         now = datetime.now(UTC)
-        return await self._send(address, [Envelope(f, _time_to_live_ms(f.lifetime, now)) for f in frames])
+        remaining: dict[datetime, int] = {}  # a batch holds few dialogs, so few lifetimes
+        for frame in frames:
+            if frame.lifetime not in remaining:
+                remaining[frame.lifetime] = _time_to_live_ms(frame.lifetime, now)
+        return await self._send(address, [Envelope(f, remaining[f.lifetime]) for f in frames])
 
     async def _send(self, address: TcpAddress, envelopes: Sequence[Envelope]) -> list[Delivery]:
         """Send ``envelopes`` in DATA batches, a large message in fragments after the
@@ -325,11 +340,13 @@ class TcpEndpoint:
             info.closed()
             await _closed(writer)
 
-    async def _answer(self, batch: Data, applying: asyncio.Lock, reassembly: Reassembly) -> list[WireReceipt]:
-        """The receipts for one DATA batch: what this instance's databases took (applied
-        under ``applying``, so a connection's batches apply in the order they came) and
-        what the instances it forwarded to took. A message in fragments is taken, and
-        answered, with the batch that brings its last fragment (``reassembly``)."""
+    async def _apply(self, batch: Data, applying: asyncio.Lock,
+                     reassembly: Reassembly) -> tuple[list[WireReceipt], list[Coroutine[Any, Any, list[WireReceipt]]]]:
+        """Apply one DATA batch to this instance's databases (under ``applying``, so a
+        connection's batches apply in the order they came): their receipts, and the
+        forwards of what the instance's routes send on, still to be awaited (each gives
+        the receipts of the instance it forwarded to). A message in fragments is taken,
+        and answered, with the batch that brings its last fragment (``reassembly``)."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         live = {e.frame.message_id: e for e in reassembly.whole(batch.envelopes)
@@ -339,9 +356,8 @@ class TcpEndpoint:
         receipts = [WireReceipt(receipt, delivery.broker_instance) for delivery in arrived.deliveries
                     for receipt in delivery.receipts]
         elapsed_ms = int((loop.time() - started) * 1000)
-        for address, frames in arrived.onward.items():
-            receipts += await self._forward(address, [live[f.message_id] for f in frames], elapsed_ms)
-        return receipts
+        return receipts, [self._forward(address, [live[f.message_id] for f in frames], elapsed_ms)
+                          for address, frames in arrived.onward.items()]
 
     # -- bookkeeping ---------------------------------------------------------------------------
 
@@ -590,6 +606,12 @@ class _Accepted(_Link):
                      failure.status if isinstance(failure, TransportError) else _reason(failure))
             return
         answering: set[asyncio.Task[None]] = set()
+        # Batches being applied at once: a peer that floods waits to be read, so there is
+        # no unbounded backlog. A batch holds its slot while it is applied, not while what
+        # it forwards waits for other instances: reading goes on, and a routing loop
+        # ends by its hop count instead of filling every slot (forwarding is bounded by
+        # MESSAGE_FORWARD_SIZE).
+        slots = asyncio.Semaphore(ANSWERING_AT_ONCE)
         try:
             while True:
                 frames = await self.frames()
@@ -597,13 +619,10 @@ class _Accepted(_Link):
                     return
                 for frame in frames:
                     if isinstance(frame, Data):
-                        # Each batch is answered by a task of its own: a batch that waits for a
-                        # forward does not hold up the next (which may be what that forward
-                        # waits for, in a routing loop). Local applies still keep their order.
+                        # Each batch is answered by a task of its own; local applies keep their order.
                         self.info.total_fragments_received += len(frame.envelopes)
-                        while len(answering) >= ANSWERING_AT_ONCE:  # a peer that floods waits: no unbounded backlog
-                            await asyncio.wait(answering, return_when=asyncio.FIRST_COMPLETED)
-                        task = asyncio.get_running_loop().create_task(self._answer(frame))
+                        await slots.acquire()
+                        task = asyncio.get_running_loop().create_task(self._answer(frame, slots))
                         answering.add(task)
                         task.add_done_callback(answering.discard)
                     elif isinstance(frame, Ping):
@@ -618,8 +637,13 @@ class _Accepted(_Link):
             for task in answering:
                 task.cancel()
 
-    async def _answer(self, batch: Data) -> None:
-        receipts = await self.endpoint._answer(batch, self.applying, self.reassembly)
+    async def _answer(self, batch: Data, slot: asyncio.Semaphore) -> None:
+        try:
+            receipts, forwards = await self.endpoint._apply(batch, self.applying, self.reassembly)
+        finally:
+            slot.release()
+        for forwarded in await asyncio.gather(*forwards):
+            receipts += forwarded
         if not self.writer.is_closing():
             self.send(encode_receipts(batch.batch_id, receipts), len(receipts))
             await self.writer.drain()

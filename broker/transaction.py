@@ -279,10 +279,11 @@ class Transaction:
                 raise as_broker_error(exc) from exc
             if ctx is not None:
                 ctx.kept.committed(ctx.catalog.version)
-                # A transaction that wrote nothing (a look) wakes no one: a runtime woken by
-                # its own looks would look again at once, for ever.
+                # A transaction that wrote nothing (a look), or that the transmitter wrote
+                # (``TxContext.quiet``), wakes no one unless it touched a queue: a runtime
+                # woken by its own passes would pass again at once, for ever.
                 before = ctx.changes_at_begin
-                changed = bool(touched) or before is None or backend.changes(owned) != before
+                changed = bool(touched) or not ctx.quiet and (before is None or backend.changes(owned) != before)
         self._ctx = None
         if changed:
             self._state.notifier.notify(touched)

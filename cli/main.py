@@ -107,6 +107,7 @@ def cli(
     Start with the tutorial conversation:
       broker demo
       broker demo --between-databases
+      broker demo --between-instances
     Then look around:
       broker status
       broker --db sqlite:///app.db show services

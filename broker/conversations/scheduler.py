@@ -158,6 +158,16 @@ def run_due(ctx: TxContext) -> DueWork:
                    retried=retry_due_transmissions(ctx), purged=purge_closed_endpoints(ctx))
 
 
+def run_if_due(ctx: TxContext) -> tuple[DueWork, datetime | None]:
+    """``run_due`` if its deadline has come, and the next deadline after it. A pass woken
+    by a commit (a message arriving, most often) reads only the deadline: the work is
+    looked for only when some is due."""
+    deadline = next_deadline(ctx)
+    if deadline is None or deadline > ctx.now():
+        return DueWork(), deadline
+    return run_due(ctx), next_deadline(ctx)
+
+
 def next_deadline(ctx: TxContext) -> datetime | None:
     """The earliest moment at which ``run_due`` will have something to do."""
     oldest_closed = ctx.conn.execute(select(func.min(_e.c.closed_date))).scalar()

@@ -36,7 +36,7 @@ from broker.routing.matching import Destination, Remote
 from broker.runtime.mirrors import Hop
 from broker.transport.seam import Answer, NetworkTransport
 
-WINDOW = 4  # batches of one database in flight at once
+WINDOW = 8  # batches of one database in flight at once (the receiver applies as many of a connection at once)
 DRAIN_EVERY = 16  # reads past the batches in flight before waiting for all of them
 # A batch's receipts come by then, or its connection has failed and said so: later than
 # that, its endpoint stopped before sending it (the future would never be done).

@@ -95,8 +95,7 @@ class Runtime:
         """One pass: due work in one transaction, the transmission queue, then activation.
         Seconds until the next."""
         with self.db.transaction() as tx:
-            done = tx.run(scheduler.run_due)
-            deadline = tx.run(scheduler.next_deadline)
+            done, deadline = tx.run(scheduler.run_if_due)
         if self.transmitter is not None:
             moved, due = self.transmitter.run_pass()
             done.retried += moved

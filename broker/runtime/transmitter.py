@@ -91,7 +91,7 @@ class _Look:
     next_due: datetime | None
     bound: frozenset[str]  # the remote services it has a remote service binding for
     pipeline: Pipeline  # its batches in flight to other instances
-    answered: list[Sending]  # batches of the pipeline answered, to settle in this pass
+    settled: int  # messages that left the queue as the look settled answered batches
 
 
 @dataclass(slots=True)
@@ -145,29 +145,35 @@ class Transmitter:
         return moved, min(due) if due else None
 
     def _look(self, db: ServedDatabase) -> _Look:
-        """One transaction: the catalog, the messages due (after those in flight) and when
-        the next one is (after taking the dynamic routing service's answers, where it
-        was asked)."""
+        """One transaction: settle the batches in flight that have their answer, then read
+        the catalog, the messages due (after those still in flight) and when the next
+        one is (after taking the dynamic routing service's answers, where it was asked)."""
         pipeline = self._pipelines[id(db)]
-        # Batches answered leave the pipeline first: the next is read and sent in this pass,
-        # before they are settled, so the destination always has one to apply.
         answered = pipeline.answered(self.network)
 
         def look(ctx: TxContext) -> _Look:
+            ctx.quiet = True
+            settled = 0
+            if answered:
+                free = claim(ctx, [m.conversation_handle for sending in answered for m in sending.sent.values()])
+                settled = sum(_settle_answer(ctx, sending, free) for sending in answered)
             if not ctx.catalog.broker_enabled:  # nothing leaves; enabling it is a commit, which wakes a pass
-                return _Look(db, ctx.catalog, [], None, frozenset(), pipeline, answered)
+                return _Look(db, ctx.catalog, [], None, frozenset(), pipeline, settled)
             if ctx.catalog.queue_named(SYSTEM_QUEUE) is not None:
                 take_answers(ctx)
             after = pipeline.start_after(ctx.catalog.honor_broker_priority)
             messages = [] if after is None else due_messages(ctx, self._batch, after)
             bound = bound_services(ctx) if any(m.session_key is not None for m in messages) else frozenset()
-            return _Look(db, ctx.catalog, messages, _next_due(ctx, pipeline), bound, pipeline, answered)
+            return _Look(db, ctx.catalog, messages, next_due(ctx), bound, pipeline, settled)
 
         with db.transaction() as tx:
             return tx.run(look)
 
     def _serve(self, origin: str, look: _Look, directory: Databases,
                transport: Transport) -> tuple[int, datetime | None]:
+        """Route and send what ``look`` read: to other instances without waiting (settled
+        by a later look), to other databases of this instance at once; then, in one
+        transaction, settle those and record what waits. (messages that left, next due)."""
         catalog = look.catalog
         plan = _plan(look.messages, origin, catalog, directory, look.pipeline.routed)
         deliveries: list[tuple[Delivery, dict[int, OutboundMessage]]] = []
@@ -182,33 +188,34 @@ class Transmitter:
             deliveries.append((delivery, {m.message_id: m for m in batch}))
         for hop, batch in plan.by_address.items():
             self._send_away(catalog, hop, batch, plan, look)
-        answered = look.answered
-        if not look.messages and not answered:
-            return 0, look.next_due
+        moved, due = look.settled, look.next_due
+        if deliveries or plan.waiting or plan.errored or plan.here:
 
-        def settle_all(ctx: TxContext) -> tuple[int, datetime | None]:
-            free = claim(ctx, [m.conversation_handle for m in look.messages]
-                         + [m.conversation_handle for sending in answered for m in sending.sent.values()])
+            def settle_all(ctx: TxContext) -> tuple[int, datetime | None]:
+                ctx.quiet = True
+                free = claim(ctx, [m.conversation_handle for m in look.messages])
 
-            def mine(messages: Iterable[OutboundMessage]) -> list[OutboundMessage]:
-                return [m for m in messages if m.conversation_handle in free]
+                def mine(messages: Iterable[OutboundMessage]) -> list[OutboundMessage]:
+                    return [m for m in messages if m.conversation_handle in free]
 
-            moved = sum(settle(ctx, delivery, {i: m for i, m in sent.items() if m.conversation_handle in free})
-                        for delivery, sent in deliveries)
-            for sending in answered:
-                moved += _settle_answer(ctx, sending, free)
-            for reason, waiting in plan.waiting.items():
-                wait(ctx, mine(waiting), reason)
-            hold_for_the_application(ctx, mine(plan.errored))
-            request_routes(ctx, (m.to_service for m in mine(plan.waiting.get(ROUTE_REQUESTED, []))))
-            if plan.here:
-                moved += deliver_here(ctx, mine(plan.here))
-            return moved, _next_due(ctx, look.pipeline)
+                moved = sum(settle(ctx, delivery, {i: m for i, m in sent.items() if m.conversation_handle in free})
+                            for delivery, sent in deliveries)
+                for reason, waiting in plan.waiting.items():
+                    wait(ctx, mine(waiting), reason)
+                hold_for_the_application(ctx, mine(plan.errored))
+                request_routes(ctx, (m.to_service for m in mine(plan.waiting.get(ROUTE_REQUESTED, []))))
+                if plan.here:
+                    moved += deliver_here(ctx, mine(plan.here))
+                return moved, next_due(ctx)
 
-        with look.db.transaction() as tx:
-            moved, due = tx.run(settle_all)
-        if len(look.messages) == self._batch and look.pipeline.has_room():
-            due = datetime.now(UTC)  # a whole batch went: the next may be waiting, and may go before its answer
+            with look.db.transaction() as tx:
+                here, due = tx.run(settle_all)
+            moved += here
+        if look.pipeline.sending:
+            # The messages in flight count as due: the answer that frees the pipeline wakes
+            # the next pass (``wake``). But after a whole batch the next may be waiting, and
+            # may go before that answer.
+            due = datetime.now(UTC) if len(look.messages) == self._batch and look.pipeline.has_room() else None
         return moved, due
 
     def _send_away(self, catalog: Catalog, hop: Hop, batch: list[OutboundMessage], plan: _Plan,
@@ -234,13 +241,6 @@ class Transmitter:
         look.pipeline.sent(Sending(answer, {m.message_id: m for m in batch}, network, hop),
                            ((m.conversation_handle, plan.routed[m.conversation_handle]) for m in batch))
         answer.add_done_callback(lambda _: self._wake())
-
-
-def _next_due(ctx: TxContext, pipeline: Pipeline) -> datetime | None:
-    """When a message of the database is due again; None while batches are in flight:
-    the messages they carry count as due, and the answer that frees the pipeline wakes
-    the next pass (``wake``) anyway."""
-    return None if pipeline.sending else next_due(ctx)
 
 
 def _settle_answer(ctx: TxContext, sending: Sending, free: set[uuid.UUID]) -> int:

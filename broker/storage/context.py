@@ -39,6 +39,9 @@ class TxContext:
     # The connection's count of rows written when it began (``Backend.changes``; None:
     # unknown): a commit that leaves it unchanged wrote nothing.
     changes_at_begin: int | None = None
+    # Set by the transmitter: what it writes (receipts settled, back-offs) concerns no
+    # one waiting, so its commit wakes no watcher unless it put a message in a queue.
+    quiet: bool = False
 
     @staticmethod
     def now() -> datetime:

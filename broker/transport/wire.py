@@ -253,7 +253,57 @@ def _conversation(value: object, seen: dict[bytes, uuid.UUID]) -> uuid.UUID:
     return found
 
 
-def _envelope(item: object, seen: dict[bytes, uuid.UUID]) -> Envelope:
+class _Seen:
+    """What one DATA batch has already decoded: a batch holds many messages of few
+    conversations, services and lifetimes, so each is checked and built once."""
+
+    __slots__ = ("conversations", "names", "brokers", "lifetimes")
+
+    def __init__(self) -> None:
+        self.conversations: dict[bytes, uuid.UUID] = {}
+        self.names: set[object] = set()  # passed _text(..., MAX_NAME, empty=False)
+        self.brokers: set[object] = set()  # passed _text(..., MAX_BROKER)
+        self.lifetimes: dict[object, datetime] = {}
+
+
+def _fast_envelope(item: object, seen: _Seen) -> Envelope | None:
+    """The envelope ``item`` holds when every field is what the common case sends (and
+    each is checked as :func:`_envelope` checks it); None: let :func:`_envelope` decide."""
+    if type(item) is not tuple or len(item) != _ENVELOPE_FIELDS:
+        return None
+    (message_id, conversation_id, from_initiator, from_service, from_broker, to_service, to_broker, contract,
+     message_type, sequence, kind, body, lifetime, fragment, hops, time_to_live, time_consumed, fragments,
+     ) = item
+    # Types first: a hostile field may be unhashable (a map), and must not reach a set.
+    texts = (from_service, to_service, contract, message_type, from_broker, to_broker)
+    if (type(conversation_id) is not bytes or type(lifetime) is not int or type(kind) is not str
+            or any(type(text) is not str for text in texts)):
+        return None
+    names, brokers = seen.names, seen.brokers
+    conversation = seen.conversations.get(conversation_id)
+    moment = seen.lifetimes.get(lifetime)
+    if (conversation is None or moment is None or kind not in _KINDS
+            or from_service not in names or to_service not in names or contract not in names
+            or message_type not in names or from_broker not in brokers or to_broker not in brokers
+            or type(message_id) is not int or not 0 <= message_id <= BIGINT_MAX
+            or type(sequence) is not int or not 0 <= sequence <= BIGINT_MAX
+            or type(from_initiator) is not bool or (body is not None and type(body) is not bytes)
+            or type(fragments) is not int or fragments != 1 or type(fragment) is not int or fragment != 0
+            or type(hops) is not int or not 0 <= hops <= TINYINT_MAX
+            or type(time_to_live) is not int or not 0 <= time_to_live <= BIGINT_MAX
+            or type(time_consumed) is not int or not 0 <= time_consumed <= BIGINT_MAX):
+        return None
+    return Envelope(MessageFrame(message_id, conversation, from_initiator, from_service, from_broker, to_service,
+                                 to_broker, contract, message_type, sequence,
+                                 kind,  # type: ignore[arg-type]  # one of _KINDS, checked above
+                                 body, moment),
+                    time_to_live, 0, hops, time_consumed, 1)
+
+
+def _envelope(item: object, seen: _Seen) -> Envelope:
+    fast = _fast_envelope(item, seen)
+    if fast is not None:
+        return fast
     (message_id, conversation_id, from_initiator, from_service, from_broker, to_service, to_broker, contract,
      message_type, sequence, kind, body, lifetime, fragment, hops, time_to_live, time_consumed, fragments,
      ) = _array(item, "a DATA envelope", _ENVELOPE_FIELDS)
@@ -263,7 +313,7 @@ def _envelope(item: object, seen: dict[bytes, uuid.UUID]) -> Envelope:
         raise ProtocolError(f"a message body must be binary or nil; got {_shown(body)}")
     frame = MessageFrame(
         _integer(message_id, "a message id", 0, BIGINT_MAX),
-        _conversation(conversation_id, seen),
+        _conversation(conversation_id, seen.conversations),
         _flag(from_initiator, "the initiator flag"),
         _text(from_service, "the from service", MAX_NAME, empty=False),
         _text(from_broker, "the from broker instance", MAX_BROKER),
@@ -276,6 +326,9 @@ def _envelope(item: object, seen: dict[bytes, uuid.UUID]) -> Envelope:
         body,
         _EPOCH + _integer(lifetime, "a lifetime", _MIN_MICROS, _MAX_MICROS) * _MICROSECOND,
     )
+    seen.names.update((frame.from_service, frame.to_service, frame.contract, frame.message_type))
+    seen.brokers.update((frame.from_broker, frame.to_broker))
+    seen.lifetimes[lifetime] = frame.lifetime
     count = _integer(fragments, "a fragment count", 1, INT_MAX)
     number = _integer(fragment, "a fragment number", 0, INT_MAX)
     if number >= count:
@@ -321,7 +374,7 @@ def _hello(payload: object) -> Hello:
 
 def _data(payload: object) -> Data:
     batch_id, envelopes = _array(payload, "a DATA payload", 2)
-    seen: dict[bytes, uuid.UUID] = {}
+    seen = _Seen()
     return Data(_integer(batch_id, "a batch id", 0, U64_MAX),
                 tuple(_envelope(item, seen) for item in _array(envelopes, "a DATA batch")))
 

@@ -23,7 +23,7 @@ ANY_QUEUE = -1
 TRANSMISSION_QUEUE = 0
 # Back-off between data_version checks while nothing happens in this process.
 FIRST_CHECK_S = 0.001
-LONGEST_CHECK_S = 0.010
+LONGEST_CHECK_S = 0.004  # a commit by another process is seen within this, while nothing happens
 
 
 class QueueNotifier:

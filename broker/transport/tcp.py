@@ -8,7 +8,8 @@ counterpart): a peer with no certificate, an unknown or expired one, or plain TC
 the handshake, is logged, and is shown in ``sys.dm_broker_connections`` with the reason.
 Nothing it sends is read.
 
-After the handshake each side sends a HELLO (``transport.wire``). Then the dialling side
+After the handshake each side sends a HELLO (``transport.wire``; the two ends of a
+connection are ``transport.links``). Then the dialling side
 sends DATA batches and the accepting side answers each with the receipts of the
 databases that took the messages, once they have committed (``inbound``: the runtime's
 ``Inbound.apply``). Batches of one connection are applied one after another, in the
@@ -23,7 +24,7 @@ or corrupted connection loses nothing and delivers nothing twice.
 
 Each direction has its own connection: an instance dials for what it sends and answers
 on what it accepts, so receipts and pings never queue behind its own bulk data. An
-outbound connection idle for ``IDLE_S`` is closed.
+outbound connection idle for ``links.IDLE_S`` is closed.
 """
 
 from __future__ import annotations
@@ -39,52 +40,27 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes
-
 from broker.conversations.frames import Delivery, MessageFrame, Receipt
 from broker.routing.addresses import TcpAddress
-from broker.storage.connection_states import ConnectionEncryption, ConnectionState, LoginState
-from broker.transport.fragments import REASSEMBLY_BYTES, Reassembly, batches, fragmented
+from broker.storage.connection_states import ConnectionState, LoginState
+from broker.transport.fragments import Reassembly, batches, fragmented
+from broker.transport.links import HANDSHAKE_TIMEOUT_S, RECEIPT_TIMEOUT_S, Accepted, Outbound, reason_of, refused
 from broker.transport.records import ConnectionInfo, ForwardedMessage, forwarded_message
 from broker.transport.seam import Answer, TransportError, receipts_of
 from broker.transport.wire import (
-    PROTOCOL_VERSION,
-    CorruptFrame,
     Data,
     Encryption,
     Envelope,
-    ErrorFrame,
-    FrameDecoder,
-    Hello,
-    Ping,
-    ProtocolError,
-    Receipts,
     WireReceipt,
-    encode_data,
-    encode_error,
-    encode_hello,
-    encode_ping,
-    encode_pong,
-    encode_receipts,
 )
 
 log = logging.getLogger("broker.transport")
 
 CONNECT_TIMEOUT_S = 10.0
-HANDSHAKE_TIMEOUT_S = 10.0  # the TLS handshake and the HELLOs
-RECEIPT_TIMEOUT_S = 120.0  # a batch not answered by then: the connection is dropped
-IDLE_S = 90.0  # an outbound connection with nothing in flight this long is closed
-READ_SIZE = 1 << 16
 CLOSE_WAIT_S = 2.0
-PING_EVERY_S = 2.0  # while batches wait for receipts
-ANSWERING_AT_ONCE = 8  # DATA batches of one connection being applied at once; more wait to be read
-SILENCE_S = 10.0  # a peer silent this long while batches wait has failed
 # A batch's receipts come by then, or its connection has failed (dialling, the handshake
 # and the receipts each time out): waiting longer is waiting for a stopped loop.
 ANSWER_DEADLINE_S = CONNECT_TIMEOUT_S + HANDSHAKE_TIMEOUT_S + RECEIPT_TIMEOUT_S
-INCOMPATIBLE = 59031
-
 
 
 @dataclass(frozen=True)
@@ -121,7 +97,7 @@ class TcpEndpoint:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="broker-endpoint", daemon=True)
         self._server: asyncio.Server | None = None
-        self._outbound: dict[TcpAddress, _Outbound] = {}
+        self._outbound: dict[TcpAddress, Outbound] = {}
         self._dialling: dict[TcpAddress, asyncio.Lock] = {}
         self._accepted: set[asyncio.Task[None]] = set()
         self._connections: list[ConnectionInfo] = []
@@ -216,7 +192,7 @@ class TcpEndpoint:
         whole ones (so it holds none of them up); the receipts, by the database that gave
         them. TransportError when no batch was answered."""
         answered: dict[str, list[Receipt]] = {}
-        connection: _Outbound | None = None
+        connection: Outbound | None = None
         for batch in batches(fragmented(envelopes)):
             try:
                 connection = connection or await self._connection(address)
@@ -271,7 +247,7 @@ class TcpEndpoint:
         return [WireReceipt(receipt, delivery.broker_instance) for delivery in deliveries
                 for receipt in delivery.receipts]
 
-    async def _connection(self, address: TcpAddress) -> _Outbound:
+    async def _connection(self, address: TcpAddress) -> Outbound:
         lock = self._dialling.setdefault(address, asyncio.Lock())
         async with lock:
             connection = self._outbound.get(address)
@@ -284,10 +260,10 @@ class TcpEndpoint:
                     address.host, address.port, ssl=self.settings.client_context, server_hostname=address.host,
                     ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S), CONNECT_TIMEOUT_S + HANDSHAKE_TIMEOUT_S)
             except ssl.SSLError as failure:
-                raise self._failed(info, f"Connection handshake failed: {_reason(failure)}") from None
+                raise self._failed(info, f"Connection handshake failed: {reason_of(failure)}") from None
             except (OSError, TimeoutError) as failure:
-                raise self._failed(info, f"Connection attempt failed with error: '{_reason(failure)}'.") from None
-            connection = _Outbound(self, info, reader, writer)
+                raise self._failed(info, f"Connection attempt failed with error: '{reason_of(failure)}'.") from None
+            connection = Outbound(self, info, reader, writer)
             try:
                 await connection.log_in()
             except TransportError as failure:
@@ -321,7 +297,7 @@ class TcpEndpoint:
         except (ssl.SSLError, OSError, TimeoutError, ConnectionError) as failure:
             self._accepted.discard(task)
             transport.close()
-            _refused(self, info, f"Connection handshake failed: {_reason(failure)}")
+            refused(self, info, f"Connection handshake failed: {reason_of(failure)}")
             return
         except asyncio.CancelledError:
             self._accepted.discard(task)
@@ -332,7 +308,7 @@ class TcpEndpoint:
         protocol.connection_made(tls)
         writer = asyncio.StreamWriter(tls, protocol, reader, loop)
         try:
-            await _Accepted(self, info, reader, writer).serve()
+            await Accepted(self, info, reader, writer).serve()
         except asyncio.CancelledError:
             pass  # the endpoint is stopping
         finally:
@@ -340,7 +316,7 @@ class TcpEndpoint:
             info.closed()
             await _closed(writer)
 
-    async def _apply(self, batch: Data, applying: asyncio.Lock,
+    async def apply_batch(self, batch: Data, applying: asyncio.Lock,
                      reassembly: Reassembly) -> tuple[list[WireReceipt], list[Coroutine[Any, Any, list[WireReceipt]]]]:
         """Apply one DATA batch to this instance's databases (under ``applying``, so a
         connection's batches apply in the order they came): their receipts, and the
@@ -390,266 +366,6 @@ class TcpEndpoint:
         await asyncio.gather(*others, return_exceptions=True)
 
 
-class _Link:
-    """What both ends of a connection share: the HELLOs, framing and counting."""
-
-    def __init__(self, endpoint: TcpEndpoint, info: ConnectionInfo, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:
-        self.endpoint = endpoint
-        self.info = info
-        self.reader = reader
-        self.writer = writer
-        self.decoder = FrameDecoder()
-        self.peer: Hello | None = None
-        self.ahead: list[object] = []  # frames read with the peer's HELLO
-
-    def identify(self) -> None:
-        """Record the peer's certificate and the cipher of a connection that shook hands."""
-        tls = self.writer.get_extra_info("ssl_object")
-        der = tls.getpeercert(binary_form=True) if tls is not None else None
-        if der:
-            certificate = x509.load_der_x509_certificate(der)
-            names = certificate.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
-            self.info.principal_name = str(names[0].value) if names else certificate.subject.rfc4514_string()
-            trusted = self.endpoint.settings.trusted_thumbprints
-            peer = certificate.fingerprint(hashes.SHA256()).hex()
-            self.info.peer_certificate_id = trusted.index(peer) + 1 if peer in trusted else None
-        cipher = tls.cipher() if tls is not None else None
-        self.info.encryption_algorithm = (ConnectionEncryption.AES if cipher and "AES" in cipher[0]
-                                          else ConnectionEncryption.NONE)
-        self.info.state = ConnectionState.CONNECTED
-        self.info.login_state = LoginState.WAIT_ARBITRATION
-
-    def send(self, data: bytes, messages: int = 0) -> None:
-        self.writer.write(data)
-        self.info.total_bytes_sent += len(data)
-        self.info.total_sends += 1
-        self.info.total_fragments_sent += messages
-        self.info.touched()
-
-    async def frames(self) -> list[object]:
-        """The next frames from the peer (waits for at least one byte; [] while a frame
-        is incomplete, and at the end of the stream). A corrupted frame is skipped
-        (logged): its sender retries."""
-        if self.ahead:
-            ahead, self.ahead = self.ahead, []
-            return ahead
-        data = await self.reader.read(READ_SIZE)
-        if not data:
-            return []
-        self.info.total_bytes_received += len(data)
-        self.info.touched()
-        try:
-            frames: list[object] = list(self.decoder.feed(data))
-        except CorruptFrame as corrupt:
-            log.warning("endpoint %s: %s from %s", self.endpoint.settings.name, corrupt, self.info.address)
-            frames = list(corrupt.frames)
-        self.info.total_receives += len(frames)
-        return frames
-
-    async def hello(self) -> None:
-        """Send our HELLO, read the peer's, and check that the two endpoints can talk."""
-        settings = self.endpoint.settings
-        self.send(encode_hello(Hello(PROTOCOL_VERSION, settings.instance_id, settings.name, settings.encryption,
-                                     settings.forwarding)))
-        deadline = asyncio.get_running_loop().time() + HANDSHAKE_TIMEOUT_S
-        while self.peer is None:
-            remaining = deadline - asyncio.get_running_loop().time()
-            frames = await asyncio.wait_for(self.frames(), max(0.0, remaining))
-            if not frames:
-                if self.reader.at_eof():
-                    # With TLS 1.3 a peer that refuses our certificate does so after our side
-                    # of the handshake has finished: we see the connection close instead.
-                    raise TransportError("Connection handshake failed: the remote endpoint closed the connection "
-                                         "during the login (does it trust this endpoint's certificate?).")
-                continue
-            first, self.ahead = frames[0], frames[1:]
-            if isinstance(first, ErrorFrame):
-                raise TransportError(f"The remote endpoint refused the connection: {first.text}")
-            if not isinstance(first, Hello):
-                raise TransportError("Connection handshake failed: the peer did not introduce itself.")
-            self.peer = first
-        refusal = _incompatible(settings.encryption, self.peer.encryption)
-        if refusal is None and self.peer.version != PROTOCOL_VERSION:
-            refusal = f"The peer speaks protocol version {self.peer.version}; this endpoint speaks {PROTOCOL_VERSION}."
-        if refusal is not None:
-            self.send(encode_error(INCOMPATIBLE, refusal))
-            raise TransportError(f"Connection handshake failed: {refusal}")
-        self.info.state = ConnectionState.LOGGED_IN
-        self.info.login_state = LoginState.ONLINE
-        self.info.login_time = datetime.now(UTC)
-
-
-class _Outbound(_Link):
-    """A connection this endpoint dialled: DATA out, RECEIPTS back."""
-
-    def __init__(self, endpoint: TcpEndpoint, info: ConnectionInfo, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:
-        super().__init__(endpoint, info, reader, writer)
-        self.waiting: dict[int, asyncio.Future[tuple[WireReceipt, ...]]] = {}
-        self.open = True
-        self.reading: asyncio.Task[None] | None = None
-        self.idle: asyncio.TimerHandle | None = None
-        self.heard = asyncio.get_running_loop().time()  # when the peer last sent anything
-        self.pinging: asyncio.Task[None] | None = None
-
-    async def log_in(self) -> None:
-        self.identify()
-        try:
-            await self.hello()
-        except (TransportError, ProtocolError, OSError, TimeoutError) as failure:
-            self.close(None)
-            raise failure if isinstance(failure, TransportError) else TransportError(
-                f"Connection handshake failed: {_reason(failure)}") from None
-        self.reading = asyncio.get_running_loop().create_task(self._read())
-        self.pinging = asyncio.get_running_loop().create_task(self._ping())
-        self._rearm()
-
-    async def _ping(self) -> None:
-        """While batches wait for receipts, PING every ``PING_EVERY_S``: a peer that sends
-        nothing back for ``SILENCE_S`` (a stalled network, a host gone) fails the
-        connection, and its batches go again later. A peer busy applying a large batch
-        still answers: the PONGs come from its loop, not its databases."""
-        loop = asyncio.get_running_loop()
-        tokens = itertools.count()
-        while self.open:
-            await asyncio.sleep(PING_EVERY_S)
-            if not self.waiting:
-                self.heard = loop.time()
-                continue
-            if loop.time() - self.heard > SILENCE_S:
-                self.close(_receiving_failed(TimeoutError(f"the remote endpoint sent nothing for {SILENCE_S:g} s")))
-                return
-            self.send(encode_ping(next(tokens)))
-
-    async def request(self, batch_id: int, envelopes: Sequence[Envelope]) -> tuple[WireReceipt, ...]:
-        """Send one batch and wait for its receipts."""
-        if not self.open:
-            raise TransportError(self.info.refusal or "The connection to the remote endpoint was closed.")
-        answer: asyncio.Future[tuple[WireReceipt, ...]] = asyncio.get_running_loop().create_future()
-        self.waiting[batch_id] = answer
-        self.send(encode_data(batch_id, envelopes), len(envelopes))
-        try:
-            await self.writer.drain()
-            return await asyncio.wait_for(answer, RECEIPT_TIMEOUT_S)
-        except (OSError, TimeoutError) as failure:
-            self.close(_receiving_failed(failure))
-            raise TransportError(self.info.refusal or "The connection failed.") from None
-        finally:
-            self.waiting.pop(batch_id, None)
-            self._rearm()
-
-    async def _read(self) -> None:
-        try:
-            while True:
-                frames = await self.frames()
-                if not frames and self.reader.at_eof():
-                    self.close("An error occurred while receiving data: 'the remote endpoint closed the connection'.")
-                    return
-                self.heard = asyncio.get_running_loop().time()
-                for frame in frames:
-                    if isinstance(frame, Receipts):
-                        self.info.total_fragments_received += len(frame.receipts)
-                        answer = self.waiting.get(frame.batch_id)
-                        if answer is not None and not answer.done():
-                            answer.set_result(frame.receipts)
-                    elif isinstance(frame, ErrorFrame):
-                        self.close(f"The remote endpoint closed the connection: {frame.text}")
-                        return
-        except (ProtocolError, OSError) as failure:
-            self.close(_receiving_failed(failure))
-
-    def _rearm(self) -> None:
-        if self.idle is not None:
-            self.idle.cancel()
-        if self.open:
-            self.idle = asyncio.get_running_loop().call_later(IDLE_S, self._close_if_idle)
-
-    def _close_if_idle(self) -> None:
-        if not self.waiting:
-            self.close(None)
-
-    def close(self, reason: str | None) -> None:
-        if not self.open:
-            return
-        self.open = False
-        if reason is not None:
-            log.warning("endpoint %s: %s (%s)", self.endpoint.settings.name, reason, self.info.address)
-        for answer in self.waiting.values():
-            if not answer.done():
-                answer.set_exception(TransportError(reason or "The connection was closed."))
-        if self.idle is not None:
-            self.idle.cancel()
-        for task in (self.reading, self.pinging):
-            if task is not None and task is not asyncio.current_task():
-                task.cancel()
-        # Aborted, not closed: a graceful TLS close waits for a peer that may be gone.
-        self.writer.transport.abort()
-        self.info.closed(reason)
-
-
-class _Accepted(_Link):
-    """A connection another endpoint dialled: DATA in, RECEIPTS out."""
-
-    def __init__(self, endpoint: TcpEndpoint, info: ConnectionInfo, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:
-        super().__init__(endpoint, info, reader, writer)
-        self.applying = asyncio.Lock()
-        self.reassembly = Reassembly(REASSEMBLY_BYTES)
-
-    async def serve(self) -> None:
-        self.identify()
-        try:
-            await self.hello()
-        except (TransportError, ProtocolError, OSError, TimeoutError) as failure:
-            _refused(self.endpoint, self.info,
-                     failure.status if isinstance(failure, TransportError) else _reason(failure))
-            return
-        answering: set[asyncio.Task[None]] = set()
-        # Batches being applied at once: a peer that floods waits to be read, so there is
-        # no unbounded backlog. A batch holds its slot while it is applied, not while what
-        # it forwards waits for other instances: reading goes on, and a routing loop
-        # ends by its hop count instead of filling every slot (forwarding is bounded by
-        # MESSAGE_FORWARD_SIZE).
-        slots = asyncio.Semaphore(ANSWERING_AT_ONCE)
-        try:
-            while True:
-                frames = await self.frames()
-                if not frames and self.reader.at_eof():
-                    return
-                for frame in frames:
-                    if isinstance(frame, Data):
-                        # Each batch is answered by a task of its own; local applies keep their order.
-                        self.info.total_fragments_received += len(frame.envelopes)
-                        await slots.acquire()
-                        task = asyncio.get_running_loop().create_task(self._answer(frame, slots))
-                        answering.add(task)
-                        task.add_done_callback(answering.discard)
-                    elif isinstance(frame, Ping):
-                        self.send(encode_pong(frame.token))
-                        await self.writer.drain()  # a peer that never reads stops being read
-                    elif isinstance(frame, ErrorFrame):
-                        self.info.closed(f"The remote endpoint closed the connection: {frame.text}")
-                        return
-        except (ProtocolError, OSError) as failure:
-            self.info.closed(f"The connection failed: {_reason(failure)}")
-        finally:
-            for task in answering:
-                task.cancel()
-
-    async def _answer(self, batch: Data, slot: asyncio.Semaphore) -> None:
-        try:
-            receipts, forwards = await self.endpoint._apply(batch, self.applying, self.reassembly)
-        finally:
-            slot.release()
-        for forwarded in await asyncio.gather(*forwards):
-            receipts += forwarded
-        if not self.writer.is_closing():
-            self.send(encode_receipts(batch.batch_id, receipts), len(receipts))
-            await self.writer.drain()
-
-
-
 class _Incoming(asyncio.Protocol):
     """An accepted connection until TLS takes it over. Reading is paused at once, so the
     peer's first bytes (its ClientHello) stay for the handshake: a stream reader would
@@ -664,18 +380,6 @@ class _Incoming(asyncio.Protocol):
         asyncio.get_running_loop().create_task(self._endpoint._accept(transport))
 
 
-def _refused(endpoint: TcpEndpoint, info: ConnectionInfo, reason: str) -> None:
-    log.warning("endpoint %s refused a connection from %s: %s", endpoint.settings.name, info.address, reason)
-    info.closed(reason)
-
-
-def _incompatible(mine: str, theirs: str) -> str | None:
-    """Why two ENCRYPTION settings cannot talk (REQUIRED against DISABLED), or None."""
-    if {mine, theirs} == {"REQUIRED", "DISABLED"}:
-        return f"The endpoint's ENCRYPTION is {mine} and its peer's is {theirs}: they cannot talk."
-    return None
-
-
 def _time_to_live_ms(lifetime: datetime, now: datetime) -> int:
     """What remains of a message's time to live, in milliseconds, within the wire's range."""
     return max(0, min(2**31 - 1, int((lifetime - now).total_seconds() * 1000)))
@@ -688,19 +392,6 @@ async def _closed(writer: asyncio.StreamWriter) -> None:
         await asyncio.wait_for(writer.wait_closed(), CLOSE_WAIT_S)
     except (OSError, TimeoutError, ssl.SSLError):
         writer.transport.abort()  # a peer that does not finish the close: let it go
-
-
-def _receiving_failed(failure: BaseException) -> str:
-    """SQL Server's transmission status for a connection that failed while in use (9755)."""
-    return f"An error occurred while receiving data: '{_reason(failure)}'."
-
-
-def _reason(failure: BaseException) -> str:
-    if isinstance(failure, ssl.SSLError):
-        return failure.reason or str(failure)
-    if isinstance(failure, OSError) and failure.errno is not None:
-        return f"{failure.errno}({failure.strerror})"
-    return str(failure) or type(failure).__name__
 
 
 def _bound(server: asyncio.Server) -> str:

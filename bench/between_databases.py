@@ -76,7 +76,7 @@ from rich.table import Table
 
 import broker
 from bench.common import Summary, body, counter_of, scratch_dir
-from bench.latency import PAUSE_S, WAIT_S, LatencyResult, _child, _receive_one, round_trips
+from bench.latency import WAIT_S, LatencyResult, _child, _receive_one, round_trips, waited_for
 from bench.scenarios import INITIATOR, INITIATOR_QUEUE, TARGET, TARGET_QUEUE, make_broker
 from bench.throughput import BATCH
 from broker.ddl.certificates import create_certificate
@@ -396,25 +396,13 @@ def latency_across_processes(samples: int, instances: bool, seed: int = 4) -> La
         pair = make_pair(directory, 1, instances=instances)
         receiver_end, receiver_child = context.Pipe()
         receiver = context.Process(target=_child, args=(pair.b_url, samples, receiver_child))
-        latencies: list[int] = []
         try:
             with pair.runtime(processes=True):
                 _warm_up(pair)
                 receiver.start()
-                for i in range(samples):
-                    if not receiver_end.poll(120) or receiver_end.recv() != "waiting":
-                        raise RuntimeError("the waiting process did not report")
-                    time.sleep(rng.uniform(*PAUSE_S))
-                    with pair.a.transaction() as tx:
-                        tx.send(pair.handles[0], body=body(i))
-                        sent_at = time.time_ns()
-                    if not receiver_end.poll(WAIT_S * 2):
-                        raise RuntimeError("the waiting process did not receive the message")
-                    counter, received_at = receiver_end.recv()
-                    if counter != i:
-                        raise RuntimeError(f"expected message {i}, got {counter}")
-                    latencies.append(received_at - sent_at)
-                _end(receiver)  # it ends after its last sample
+                latencies = waited_for(receiver_end, pair.a, lambda tx, i: tx.send(pair.handles[0], body=body(i)),
+                                       samples, rng)
+                _end(receiver)  # it ends after its last sample, before the runtimes stop
         finally:
             _end(receiver)
             pair.dispose()

@@ -117,6 +117,28 @@ def _child(url: str, samples: int, pipe: Connection) -> None:
     db.dispose()
 
 
+def waited_for(child: Connection, sender: broker.Broker, send: Callable[[broker.Transaction, int], None],
+               samples: int, rng: random.Random) -> list[int]:
+    """Commit-to-RECEIVE in ns for ``samples`` messages received by a ``_child`` process
+    (at the other end of ``child``): each time it reports waiting, pause, ``send(tx, i)``
+    in ``sender`` and take the clock just before the commit; its receipt time comes back."""
+    latencies: list[int] = []
+    for i in range(samples):
+        if not child.poll(120) or child.recv() != "waiting":
+            raise RuntimeError("the waiting process did not report")
+        time.sleep(rng.uniform(*PAUSE_S))
+        with sender.transaction() as tx:
+            send(tx, i)
+            sent_at = time.time_ns()
+        if not child.poll(WAIT_S * 2):
+            raise RuntimeError("the waiting process did not receive the message")
+        counter, received_at = child.recv()
+        if counter != i:
+            raise RuntimeError(f"expected message {i}, got {counter}")
+        latencies.append(received_at - sent_at)
+    return latencies
+
+
 def across_processes(samples: int, seed: int = 2) -> LatencyResult:
     """A child process blocked in WAITFOR, the parent SENDing."""
     rng = random.Random(seed)
@@ -126,21 +148,8 @@ def across_processes(samples: int, seed: int = 2) -> LatencyResult:
         parent_end, child_end = context.Pipe()
         child = context.Process(target=_child, args=(broker_url(directory), samples, child_end))
         child.start()
-        latencies: list[int] = []
         try:
-            for i in range(samples):
-                if not parent_end.poll(120) or parent_end.recv() != "waiting":
-                    raise RuntimeError("the waiting process did not report")
-                time.sleep(rng.uniform(*PAUSE_S))
-                with db.transaction() as tx:
-                    tx.send(handle, body=body(i))
-                    sent_at = time.time_ns()
-                if not parent_end.poll(WAIT_S * 2):
-                    raise RuntimeError("the waiting process did not receive the message")
-                counter, received_at = parent_end.recv()
-                if counter != i:
-                    raise RuntimeError(f"expected message {i}, got {counter}")
-                latencies.append(received_at - sent_at)
+            latencies = waited_for(parent_end, db, lambda tx, i: tx.send(handle, body=body(i)), samples, rng)
         finally:
             child.join(WAIT_S * 2)
             if child.is_alive():

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import BACKENDS
 from faultproxy import FaultProxy
+from sqlalchemy import func, select, update
 from support import (
     BETWEEN_CONTRACT,
     BETWEEN_INITIATOR_QUEUE,
@@ -28,9 +29,11 @@ from support import (
     BETWEEN_TARGET_SERVICE,
     wait_until,
 )
-from two_instances import Pair, assert_exactly_once_in_order, send_many, trust_each_other, two_instances
+from two_instances import Pair, Side, assert_exactly_once_in_order, send_many, trust_each_other, two_instances
 
 import broker
+from broker.conversations.endpoints import fragments, transmissions
+from broker.conversations.frames import FRAGMENT_BYTES
 from broker.ddl.certificates import create_certificate
 
 DEADLINE_S = 30.0
@@ -292,14 +295,86 @@ def test_an_endpoint_altered_while_its_runtime_runs_takes_effect(pair: Pair) -> 
     assert bodies(pair.target.db, BETWEEN_TARGET_QUEUE) == [b"<m>0</m>"]
 
 
+LARGE = "<m>" + "".join(f"{n:08d}" for n in range(FRAGMENT_BYTES * 5 // 8)) + "</m>"  # 5 MiB and 7 bytes
+
+
 def test_a_large_message_travels_in_fragments_behind_the_small_ones(pair: Pair) -> None:
     trust_each_other(pair)
-    large = "<m>" + "".join(f"{n:08d}" for n in range(2_500_000)) + "</m>"  # 20 MB: more than one frame
-    pair.begin(large)
+    pair.begin(LARGE)
     pair.begin("<m>small</m>")
     with pair.initiator.inst.runtime(), pair.target.inst.runtime():
         wait_until(lambda: not pair.initiator.held(), 120.0, interval=0.05)
-        wait_until(lambda: any(c["total_fragments_sent"] >= 21  # 20 fragments of 1 MiB and the small message
+        wait_until(lambda: any(c["total_fragments_sent"] >= 7  # 6 fragments (5 of 1 MiB) and the small message
                                for c in pair.initiator.inst.catalog("sys.dm_broker_connections")), DEADLINE_S)
     rows = pair.target.db.queue_rows(BETWEEN_TARGET_QUEUE)
-    assert [row.message_body for row in rows] == [b"<m>small</m>", large.encode()]  # the small one went first
+    assert [row.message_body for row in rows] == [b"<m>small</m>", LARGE.encode()]  # the small one went first
+    assert {row.status for row in rows} == {1}
+    assert stored_fragments(pair.target) == 0
+
+
+SMALL_SERVICE = "//TgtDB/2InstSample/SmallService"
+
+
+def stored_fragments(side: Side) -> int:
+    """How many fragments of incomplete messages ``side``'s database holds."""
+    with side.db.transaction() as tx:
+        return int(tx.run(lambda ctx: ctx.conn.execute(select(func.count()).select_from(fragments)).scalar_one()))
+
+
+def fragments_held(side: Side) -> list[tuple[int, str | None]]:
+    """(fragments held, by which broker instance) of each message ``side`` has yet to send."""
+    with side.db.transaction() as tx:
+        return tx.run(lambda ctx: [(row.fragments_held, row.fragments_held_by) for row in ctx.conn.execute(
+            select(transmissions.c.fragments_held, transmissions.c.fragments_held_by))])
+
+
+def test_a_large_message_cut_off_midway_goes_on_from_the_first_fragment_not_held(pair: Pair) -> None:
+    trust_each_other(pair)
+    initiator, target = pair.initiator, pair.target
+    # A second service of the target, reached without the proxy: its dialog passes while the proxy refuses.
+    target.db.create_service(SMALL_SERVICE, BETWEEN_TARGET_QUEUE, [BETWEEN_CONTRACT])
+    initiator.db.create_route("SmallRoute", f"TCP://127.0.0.1:{target.port}", service_name=SMALL_SERVICE)
+    guid = str(target.db.service_broker_guid)
+    with FaultProxy(("127.0.0.1", target.port)) as proxy:
+        through_proxy(pair, proxy)
+        # Fragments 0-2 fill the first DATA batch (3 MiB), which is answered; the connection
+        # is cut in the second, and no other connection gets through until the test says so.
+        proxy.set_faults(drop_connection_after_bytes=FRAGMENT_BYTES * 7 // 2, direction="to_target")
+        with initiator.inst.runtime(), target.inst.runtime():
+            wait_until(lambda: listening(target.port), DEADLINE_S)  # the first connection is the message's
+            pair.begin(LARGE)
+            proxy.wait_for_connections(1, DEADLINE_S)
+            proxy.refuse(True)
+            wait_until(lambda: fragments_held(initiator) == [(3, guid)], DEADLINE_S)
+            wait_until(lambda: initiator.held()[0]["transmission_status"], DEADLINE_S)  # refused: it backs off
+            [partial] = target.db.queue_rows(BETWEEN_TARGET_QUEUE)
+            assert (partial.status, partial.message_body, partial.message_type_name) == (2, None, BETWEEN_REQUEST)
+            assert stored_fragments(target) == 3
+            [endpoint] = target.db.catalog("sys.conversation_endpoints")
+            assert (endpoint["state"], endpoint["receive_sequence_frag"]) == ("SI", 3)
+            with target.db.transaction() as tx:
+                assert tx.receive(BETWEEN_TARGET_QUEUE) == []
+            with initiator.db.transaction() as tx:  # another dialog's small message passes the incomplete one
+                small = tx.begin_dialog(BETWEEN_INITIATOR_SERVICE, SMALL_SERVICE, BETWEEN_CONTRACT, encryption=False)
+                tx.send(small, BETWEEN_REQUEST, "<m>small</m>")
+            wait_until(lambda: b"<m>small</m>" in bodies(target.db, BETWEEN_TARGET_QUEUE), DEADLINE_S)
+            assert [(m.status, m.message_body) for m in target.db.queue_rows(BETWEEN_TARGET_QUEUE)] == [
+                (2, None), (1, b"<m>small</m>")]
+            before = proxy.stats.bytes_to_target
+            proxy.set_faults()
+            proxy.refuse(False)
+            due_now(initiator)  # its back-off is not what this test is about
+            wait_until(lambda: len(initiator.held()) == 0, 60.0, interval=0.05)
+            resent = proxy.stats.bytes_to_target - before
+    # Fragments 3 to 5 went again (2 MiB and 7 bytes, and the connection's own bytes), not the 5 MiB.
+    assert 2 * FRAGMENT_BYTES < resent < 3 * FRAGMENT_BYTES
+    rows = target.db.queue_rows(BETWEEN_TARGET_QUEUE)
+    assert sorted((m.status, m.message_body) for m in rows) == sorted([(1, b"<m>small</m>"), (1, LARGE.encode())])
+    assert stored_fragments(target) == 0
+    assert {e["state"] for e in target.db.catalog("sys.conversation_endpoints")} == {"CO"}
+
+
+def due_now(side: Side) -> None:
+    """Make every message ``side`` waits to send due at once (its commit wakes the transmitter)."""
+    with side.db.transaction() as tx:
+        tx.run(lambda ctx: ctx.conn.execute(update(transmissions).values(next_attempt_time=ctx.now())))

@@ -153,8 +153,8 @@ def assert_refused(pair: Pair, sent: bytes, reason: str, *, logged_in: bool = Tr
 def _sentinel_frame() -> tuple[MessageFrame, Envelope]:
     frame = MessageFrame(910001, uuid.UUID(int=0x5E5E), True, "from-svc", "from-broker", "to-svc", "to-broker",
                          "the-contract", "the-type", 910002, "message", b"the-body",
-                         datetime(2222, 2, 22, tzinfo=UTC))
-    return frame, Envelope(frame, 910003, 0, 77, 910004)
+                         datetime(2222, 2, 22, tzinfo=UTC), 910005, 910006)
+    return frame, Envelope(frame, 910003, 77, 910004)
 
 
 def _field_positions() -> dict[str, int]:

@@ -134,10 +134,9 @@ ENVELOPES = [
              contract=LONGEST, message_type=LONGEST),
     envelope(lifetime=datetime(1, 1, 1, tzinfo=UTC)),
     envelope(lifetime=datetime.max.replace(tzinfo=UTC)),
-    Envelope(message(), time_to_live_ms=0, fragment=INT_MAX - 1, hops_remaining=0, time_consumed_ms=BIGINT_MAX,
-             fragments=INT_MAX),
-    Envelope(message(), time_to_live_ms=BIGINT_MAX, fragment=3, hops_remaining=255, time_consumed_ms=12,
-             fragments=4),
+    Envelope(message(fragment=INT_MAX - 1, fragments=INT_MAX), time_to_live_ms=0, hops_remaining=0,
+             time_consumed_ms=BIGINT_MAX),
+    Envelope(message(fragment=3, fragments=4), time_to_live_ms=BIGINT_MAX, hops_remaining=255, time_consumed_ms=12),
 ]
 
 RECEIPTS = [
@@ -147,6 +146,8 @@ RECEIPTS = [
                 LONGEST_BROKER),
     WireReceipt(Receipt(6, True, "", BrokerErrorNote(-INT_MAX - 1, "")), ""),
     WireReceipt(Receipt(7, False, "é" * MAX_TEXT, BrokerErrorNote(INT_MAX, "ü" * MAX_TEXT)), UNICODE),
+    WireReceipt(Receipt(8, False, fragments_held=0), str(uuid.uuid4())),
+    WireReceipt(Receipt(9, False, fragments_held=INT_MAX), ""),
 ]
 
 ROUND_TRIPS: list[tuple[bytes, Frame]] = [
@@ -469,13 +470,16 @@ def test_an_envelope_with_a_missing_or_extra_field_is_a_protocol_error() -> None
             decode(packed_frame(FrameType.DATA, [1, [changed]]))
 
 
-GOOD_RECEIPT = [3, True, "", None, ""]
+GOOD_RECEIPT = [3, True, "", None, "", None]
 BAD_RECEIPTS = [
-    [-1, True, "", None, ""], [3, 1, "", None, ""], [3, True, None, None, ""],
-    [3, True, "x" * (MAX_TEXT + 1), None, ""], [3, True, "", [-8408], ""], [3, True, "", [-8408, None], ""],
-    [3, True, "", [2**31, "x"], ""], [3, True, "", [-(2**31) - 1, "x"], ""], [3, True, "", ["-8408", "x"], ""],
-    [3, True, "", [-8408, "x" * (MAX_TEXT + 1)], ""], [3, True, "", None, TOO_LONG], [3, True, "", None, None],
-    [3, True, "", None], [*GOOD_RECEIPT, 0], 3,
+    [-1, True, "", None, "", None], [3, 1, "", None, "", None], [3, True, None, None, "", None],
+    [3, True, "x" * (MAX_TEXT + 1), None, "", None], [3, True, "", [-8408], "", None],
+    [3, True, "", [-8408, None], "", None], [3, True, "", [2**31, "x"], "", None],
+    [3, True, "", [-(2**31) - 1, "x"], "", None], [3, True, "", ["-8408", "x"], "", None],
+    [3, True, "", [-8408, "x" * (MAX_TEXT + 1)], "", None], [3, True, "", None, TOO_LONG, None],
+    [3, True, "", None, None, None], [3, False, "", None, "", -1], [3, False, "", None, "", INT_MAX + 1],
+    [3, False, "", None, "", True], [3, False, "", None, "", "2"],
+    [3, True, "", None, ""], [*GOOD_RECEIPT, 0], 3,
 ]
 
 

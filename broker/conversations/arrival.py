@@ -16,7 +16,16 @@ commits before it answers). Per frame, as spec 7.3 and 7.4 say:
 * a queue that is OFF holds the message in this database's transmission queue
   (acknowledged: it is committed here), to be enqueued when the queue is ON again;
 * an endpoint that has ended discards what still arrives, and both sides having ended
-  closes it.
+  closes it;
+* a message from another instance may come in fragments (``frames.fragments_of``), each
+  committed here as it comes (``sb_fragments``) and answered with how many of the
+  message's fragments are held. The first also puts a row with status 2 in the queue
+  (when it is ON) that shows the message while it is incomplete; RECEIVE never returns
+  it, and a new dialog's endpoint is ``SI`` until its first message is complete. A
+  fragment held already, or one beyond the next expected, is not stored: the receipt's
+  count tells the sender where to go on from. The last fragment completes the message,
+  which is then taken as a whole one is (all of the above); its fragments and its row
+  go in the same transaction.
 """
 
 from __future__ import annotations
@@ -25,13 +34,14 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import func, insert, select, update
 
 from broker.conversations import endpoints as ep
 from broker.conversations.delivery import (
     after_arrival,
     broker_error,
     enqueue,
+    enqueue_partial,
     park,
     queue_disabled,
     queue_of,
@@ -47,11 +57,12 @@ from broker.conversations.system_messages import (
 )
 from broker.conversations.validation import body_failure
 from broker.routing.matching import BROKER_NOT_FOUND, SERVICE_NOT_FOUND
+from broker.storage.catalog import QueueInfo
 from broker.storage.context import TxContext
-from broker.storage.queue_tables import queue_table
+from broker.storage.queue_tables import INCOMPLETE, RANK_PARTIAL, queue_table
 from broker.storage.rows import Endpoint
 
-INCOMPLETE = 2  # queue status of a message that arrived ahead of a missing one
+_f = ep.fragments
 
 
 def arrive(ctx: TxContext, frames: Sequence[MessageFrame]) -> list[Receipt]:
@@ -69,12 +80,15 @@ def _arrive(ctx: TxContext, frame: MessageFrame, moment: datetime) -> Receipt:
             # The initiator has ended and gone, or an EndDialog / Error for a dialog
             # this side never heard of: nothing to deliver to.
             return Receipt(frame.message_id, True)
+        if frame.fragment > 0:
+            return Receipt(frame.message_id, False, fragments_held=0)  # none of it is here: from the first
         return _first_arrival(ctx, frame, moment)
     return _arrive_at(ctx, receiver, frame, moment)
 
 
 def _first_arrival(ctx: TxContext, frame: MessageFrame, moment: datetime) -> Receipt:
-    """The first message of a dialog to reach this database: create the target endpoint."""
+    """The first message of a dialog to reach this database (or its first fragment):
+    create the target endpoint."""
     catalog = ctx.catalog
     service = catalog.services_by_name.get(frame.to_service)
     if service is None:
@@ -88,11 +102,11 @@ def _first_arrival(ctx: TxContext, frame: MessageFrame, moment: datetime) -> Rec
         return Receipt(frame.message_id, True, error=refusal)  # nothing was created
     group_id = uuid.uuid4()
     ep.create_group(ctx, group_id, service.id)
+    complete = frame.sequence == 0 and frame.fragments == 1
     receiver = ep.create_endpoint(
         ctx, conversation_id=frame.conversation_id, is_initiator=False, contract_id=contract.id,
         group_id=group_id, service_id=service.id, lifetime=frame.lifetime,
-        state="CO" if frame.sequence == 0 else "SI", far_service=frame.from_service,
-        far_broker_instance=frame.from_broker,
+        state="CO" if complete else "SI", far_service=frame.from_service, far_broker_instance=frame.from_broker,
     )
     return _arrive_at(ctx, receiver, frame, moment)
 
@@ -109,12 +123,19 @@ def _arrive_at(ctx: TxContext, receiver: Endpoint, frame: MessageFrame, moment: 
     if frame.sequence < receiver.receive_sequence:
         return acknowledged  # a duplicate: this side has it already
     queue = queue_of(ctx, receiver)
+    if frame.fragments > 1:
+        return _arrive_in_part(ctx, receiver, queue, frame, moment)
+    return _take(ctx, receiver, queue, frame, moment)
+
+
+def _take(ctx: TxContext, receiver: Endpoint, queue: QueueInfo, frame: MessageFrame, moment: datetime) -> Receipt:
+    """A whole message, neither a duplicate nor for an endpoint that ended: validate it,
+    then enqueue it (ready, or held ahead of a gap) or park it while the queue is OFF."""
+    acknowledged = Receipt(frame.message_id, True)
+    refused = _refused(ctx, receiver, frame)
+    if refused is not None:
+        return refused
     type_id = _message_type_id(ctx, frame)
-    if frame.kind == "message":
-        refusal = _invalid(ctx, frame, ctx.catalog.contracts[receiver.service_contract_id].usages)
-        if refusal is not None:
-            broker_error(ctx, receiver, refusal.code, refusal.description)  # a hole the dialog cannot fill
-            return Receipt(frame.message_id, True, error=refusal)
     if frame.sequence > receiver.receive_sequence:
         if not queue.enqueue_enabled:
             return Receipt(frame.message_id, False, queue_disabled(queue.name))
@@ -134,6 +155,48 @@ def _arrive_at(ctx: TxContext, receiver: Endpoint, frame: MessageFrame, moment: 
     return acknowledged
 
 
+def _arrive_in_part(ctx: TxContext, receiver: Endpoint, queue: QueueInfo, frame: MessageFrame,
+                    moment: datetime) -> Receipt:
+    """One fragment of a message that is neither a duplicate nor for an endpoint that
+    ended. Stored when it is the next one expected (the first with the row that shows
+    the message, its type checked first); the last completes the message, taken whole."""
+    handle, sequence = receiver.conversation_handle, frame.sequence
+    if sequence > receiver.receive_sequence and _held_ahead(ctx, receiver, queue.table_name, sequence):
+        return Receipt(frame.message_id, True)  # complete here already, waiting for a gap to fill
+    held = ctx.conn.execute(select(func.count()).select_from(_f).where(
+        _f.c.conversation_handle == handle, _f.c.message_sequence_number == sequence)).scalar_one()
+    if frame.fragment != held:
+        return Receipt(frame.message_id, False, fragments_held=held)  # held already, or beyond a gap
+    if frame.fragment == 0:
+        refused = _refused(ctx, receiver, frame)
+        if refused is not None:
+            return refused
+    if frame.fragment < frame.fragments - 1:
+        ctx.conn.execute(insert(_f).values(conversation_handle=handle, message_sequence_number=sequence,
+                                           fragment=frame.fragment, body=frame.body or b""))
+        if frame.fragment == 0 and queue.enqueue_enabled:
+            enqueue_partial(ctx, receiver, queue, sequence, _message_type_id(ctx, frame), moment)
+        return Receipt(frame.message_id, False, fragments_held=held + 1)
+    parts = ctx.conn.execute(select(_f.c.body).where(
+        _f.c.conversation_handle == handle, _f.c.message_sequence_number == sequence).order_by(_f.c.fragment))
+    whole = frame._replace(body=b"".join([*parts.scalars(), frame.body or b""]), fragment=0, fragments=1)
+    receipt = _take(ctx, receiver, queue, whole, moment)
+    if receipt.acknowledged:
+        ep.drop_partial_messages(ctx, receiver, sequence)
+    return receipt  # refused (its queue is OFF): the fragments stay, and the last one comes again
+
+
+def _refused(ctx: TxContext, receiver: Endpoint, frame: MessageFrame) -> Receipt | None:
+    """The receipt of a message (or first fragment) whose type or body cannot be taken:
+    a hole the dialog cannot fill, so the broker ends it with the error; None when it
+    can be taken."""
+    refusal = _invalid(ctx, frame, ctx.catalog.contracts[receiver.service_contract_id].usages)
+    if refusal is None:
+        return None
+    broker_error(ctx, receiver, refusal.code, refusal.description)
+    return Receipt(frame.message_id, True, error=refusal)
+
+
 def _message_type_id(ctx: TxContext, frame: MessageFrame) -> int:
     if frame.kind == "end":
         return END_DIALOG_ID
@@ -144,7 +207,8 @@ def _message_type_id(ctx: TxContext, frame: MessageFrame) -> int:
 
 def _invalid(ctx: TxContext, frame: MessageFrame, usages: dict[int, tuple[bool, bool]]) -> BrokerErrorNote | None:
     """Why a message cannot be taken here: a type the contract lacks (or not for this
-    direction), or a body that fails the type's validation; None when it can."""
+    direction), or a body that fails the type's validation (checked once the message
+    is whole, not for a fragment); None when it can."""
     if frame.kind != "message":
         return None
     message_type = ctx.catalog.message_types_by_name.get(frame.message_type)
@@ -152,7 +216,7 @@ def _invalid(ctx: TxContext, frame: MessageFrame, usages: dict[int, tuple[bool, 
     if message_type is None or usage is None or not usage[0 if frame.from_initiator else 1]:
         return BrokerErrorNote(TYPE_NOT_IN_CONTRACT, f"The remote service has sent a message of type "
                                                      f"'{frame.message_type}' that is not part of the local contract.")
-    failure = body_failure(ctx.catalog, message_type, frame.body)
+    failure = None if frame.fragments > 1 else body_failure(ctx.catalog, message_type, frame.body)
     if failure is None:
         return None
     return BrokerErrorNote(VALIDATION_FAILED, validation_failure(
@@ -160,18 +224,22 @@ def _invalid(ctx: TxContext, frame: MessageFrame, usages: dict[int, tuple[bool, 
 
 
 def _held_ahead(ctx: TxContext, receiver: Endpoint, table_name: str, sequence: int) -> bool:
+    """Whether message ``sequence`` waits here whole, ahead of a gap (status 2; not the row
+    of a message still arriving in fragments)."""
     table = queue_table(table_name)
     return ctx.conn.execute(select(table.c.queuing_order).where(
         table.c.conversation_handle == receiver.conversation_handle, table.c.status == INCOMPLETE,
-        table.c.message_sequence_number == sequence)).first() is not None
+        table.c.receive_rank != RANK_PARTIAL, table.c.message_sequence_number == sequence)).first() is not None
 
 
 def _release_held_ahead(ctx: TxContext, receiver: Endpoint, table_name: str) -> None:
-    """Make ready the messages that waited for the gap this arrival filled, in order."""
+    """Make ready the messages that waited for the gap this arrival filled, in order (a
+    message still arriving in fragments stops it: it fills its own gap once complete)."""
     table = queue_table(table_name)
     while True:
         row = ctx.conn.execute(select(table.c.queuing_order, table.c.message_type_id).where(
             table.c.conversation_handle == receiver.conversation_handle, table.c.status == INCOMPLETE,
+            table.c.receive_rank != RANK_PARTIAL,
             table.c.message_sequence_number == receiver.receive_sequence)).first()
         if row is None:
             last = receiver.last_out_of_order_sequence

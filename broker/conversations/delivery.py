@@ -35,7 +35,14 @@ from broker.conversations.validation import body_failure
 from broker.routing.matching import Delayed, Local, OneDatabase, route
 from broker.storage.catalog import QueueInfo
 from broker.storage.context import TxContext
-from broker.storage.queue_tables import RANK_DIALOG_TIMER, RANK_ERROR, RANK_SEQUENCED, queue_statements
+from broker.storage.queue_tables import (
+    INCOMPLETE,
+    RANK_DIALOG_TIMER,
+    RANK_ERROR,
+    RANK_PARTIAL,
+    RANK_SEQUENCED,
+    queue_statements,
+)
 from broker.storage.rows import Endpoint
 from broker.storage.statements import Prepared
 from broker.storage.waiting import TRANSMISSION_QUEUE
@@ -105,15 +112,28 @@ def enqueue(
 ) -> None:
     """Insert one message for ``receiver`` into ``queue`` (already checked to accept it),
     enqueued now or ``at`` (a batch of arrivals shares one moment)."""
+    _insert(ctx, receiver, queue, sequence, message_type_id, body, status, at, _rank(message_type_id))
+    if status == 1 and queue.id not in ctx.touched_queues:
+        ctx.touched_queues.add(queue.id)
+        ctx.state.backend.enqueued(ctx.conn, queue.id)  # wakes other processes at commit
+
+
+def enqueue_partial(ctx: TxContext, receiver: Endpoint, queue: QueueInfo, sequence: int, message_type_id: int,
+                    at: datetime) -> None:
+    """Show in ``queue`` a message still arriving in fragments (``conversations.arrival``):
+    a row with status 2, no body and ``RANK_PARTIAL``, which no RECEIVE returns and no
+    filled gap makes ready. ``endpoints.drop_partial_messages`` removes it."""
+    _insert(ctx, receiver, queue, sequence, message_type_id, None, INCOMPLETE, at, RANK_PARTIAL)
+
+
+def _insert(ctx: TxContext, receiver: Endpoint, queue: QueueInfo, sequence: int, message_type_id: int,
+            body: bytes | None, status: int, at: datetime | None, rank: int) -> None:
     # A QueueRow's fields after queuing_order, which the database assigns.
     queue_statements(queue.table_name).insert.defer(ctx.kept, (
         status, receiver.priority, receiver.conversation_group_id, receiver.conversation_handle, sequence,
         receiver.service_id, receiver.service_contract_id, message_type_id,
-        ctx.catalog.message_types[message_type_id].validation, body, at or ctx.now(), _rank(message_type_id),
+        ctx.catalog.message_types[message_type_id].validation, body, at or ctx.now(), rank,
     ))
-    if status == 1 and queue.id not in ctx.touched_queues:
-        ctx.touched_queues.add(queue.id)
-        ctx.state.backend.enqueued(ctx.conn, queue.id)  # wakes other processes at commit
 
 
 def broker_error(ctx: TxContext, receiver: Endpoint, code: int, description: str) -> None:
@@ -124,6 +144,7 @@ def broker_error(ctx: TxContext, receiver: Endpoint, code: int, description: str
     if receiver.state in ("DO", "CD"):
         return
     ep.set_endpoint(ctx, receiver.conversation_handle, state="ER")
+    ep.drop_partial_messages(ctx, receiver)  # a dialog in error takes no more fragments: none would complete
     deliver_system_message(ctx, receiver, ERROR_ID, error_body(code, description))
 
 
@@ -335,6 +356,7 @@ def _hold(ctx: TxContext, sender: Endpoint, out: Outgoing, reason: str) -> None:
         ctx.catalog.services[sender.service_id].name, sender.service_contract_id, now, out.sequence,
         out.message_type_id, out.kind == "error", out.kind == "end", out.body, reason, sender.priority,
         now, 0,  # due at once: the transmitter's to try
+        0, None,  # no fragment of it is held anywhere yet
     ))
     sender.held_messages += 1
     sender.transmission_status = reason

@@ -13,14 +13,15 @@ from broker.arguments import wrong_type
 from broker.conversations import priorities
 from broker.errors import BrokerError, ConversationNotFoundError
 from broker.storage.context import TxContext
-from broker.storage.models import ConversationEndpoint, ConversationGroup, TransmissionQueueEntry
-from broker.storage.queue_tables import queue_table
+from broker.storage.models import ConversationEndpoint, ConversationGroup, MessageFragment, TransmissionQueueEntry
+from broker.storage.queue_tables import INCOMPLETE, RANK_PARTIAL, queue_table
 from broker.storage.rows import Endpoint
 from broker.storage.statements import Prepared
 
 endpoints = cast(Table, ConversationEndpoint.__table__)
 groups = cast(Table, ConversationGroup.__table__)
 transmissions = cast(Table, TransmissionQueueEntry.__table__)
+fragments = cast(Table, MessageFragment.__table__)
 
 # States in which an endpoint may still SEND.
 SENDABLE_STATES = frozenset({"SO", "SI", "CO"})
@@ -175,17 +176,41 @@ def create_endpoint(
 
 
 def remove_local_messages(ctx: TxContext, endpoint: Endpoint) -> None:
-    """Delete every message of this conversation from its local queue (retained ones too)."""
-    queue = ctx.catalog.queues[ctx.catalog.services[endpoint.service_id].queue_id]
-    table = queue_table(queue.table_name)
+    """Delete every message of this conversation from its local queue (retained ones
+    too), and the fragments of those still arriving."""
+    table = _queue_table_of(ctx, endpoint)
     ctx.conn.execute(delete(table).where(table.c.conversation_handle == endpoint.conversation_handle))
+    _drop_fragments(ctx, endpoint.conversation_handle)
 
 
 def drop_held_messages(ctx: TxContext, handle: uuid.UUID) -> None:
-    """Discard this endpoint's undelivered messages from the transmission queue."""
+    """Discard this endpoint's undelivered messages from the transmission queue, and the
+    fragments of the messages still arriving for it."""
     ctx.conn.execute(delete(transmissions).where(
         (transmissions.c.conversation_handle == handle) | (transmissions.c.to_conversation_handle == handle)
     ))
+    _drop_fragments(ctx, handle)
+
+
+def drop_partial_messages(ctx: TxContext, endpoint: Endpoint, sequence: int | None = None) -> None:
+    """Discard what this endpoint holds of the messages still arriving in fragments (of
+    message ``sequence`` only, when given): their fragments and the rows that show them
+    in its queue (status 2)."""
+    table = _queue_table_of(ctx, endpoint)
+    handle = endpoint.conversation_handle
+    which = [] if sequence is None else [table.c.message_sequence_number == sequence]
+    ctx.conn.execute(delete(table).where(table.c.conversation_handle == handle, table.c.status == INCOMPLETE,
+                                         table.c.receive_rank == RANK_PARTIAL, *which))
+    _drop_fragments(ctx, handle, sequence)
+
+
+def _drop_fragments(ctx: TxContext, handle: uuid.UUID, sequence: int | None = None) -> None:
+    which = [] if sequence is None else [fragments.c.message_sequence_number == sequence]
+    ctx.conn.execute(delete(fragments).where(fragments.c.conversation_handle == handle, *which))
+
+
+def _queue_table_of(ctx: TxContext, endpoint: Endpoint) -> Table:
+    return queue_table(ctx.catalog.queues[ctx.catalog.services[endpoint.service_id].queue_id].table_name)
 
 
 def drop_outbound(ctx: TxContext, endpoint: Endpoint) -> None:

@@ -7,12 +7,20 @@ receipts here in the sender's transaction (:func:`settle`): an acknowledged mess
 leaves the queue (the first acknowledgement names the far side's broker instance, and an
 acknowledged EndDialog or Error closes an endpoint that has ended), a refused one waits
 with the reason and a growing back-off, a broker error ends this side of the dialog.
+
+A large message for another instance goes in fragments (:func:`frames_in_fragments`),
+and its destination answers each one. While it is incomplete there, the message stays,
+and the queue records how many fragments the destination holds and which destination
+(broker instance) that is: the next attempt to that destination starts at the first
+fragment it lacks, at once when the last attempt got further than the one before, after
+a back-off when it did not. The first such answer also names the far side's broker
+instance, which now holds the dialog's target endpoint.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple, cast
@@ -21,7 +29,7 @@ from sqlalchemy import Table, bindparam, case, delete, func, select, update
 
 from broker.conversations import endpoints as ep
 from broker.conversations.delivery import ERROR_RECEIVED, broker_error, retry_held
-from broker.conversations.frames import Delivery, Kind, MessageFrame
+from broker.conversations.frames import Delivery, Kind, MessageFrame, Receipt, fragments_of
 from broker.conversations.scheduler import retry_delay
 from broker.storage.catalog import Catalog
 from broker.storage.context import TxContext
@@ -35,9 +43,13 @@ _DUE_COLUMNS = (
     _t.c.from_service_name, _t.c.service_contract_id, _t.c.message_sequence_number, _t.c.message_type_id,
     _t.c.is_conversation_error, _t.c.is_end_of_dialog, _t.c.message_body, _t.c.attempts,
     _e.c.conversation_id, _e.c.is_initiator, _e.c.lifetime, _e.c.state, _e.c.far_broker_instance,
-    _e.c.outbound_session_key_identifier,
+    _e.c.outbound_session_key_identifier, _t.c.fragments_held, _t.c.fragments_held_by,
 )
 DELETE_CHUNK = 250  # message ids per DELETE ... IN (...), repeated to fill the last
+# The status of a message sent to another instance that came back without a receipt (the
+# frames were lost or dropped on the way, or forwarded and not answered), or whose
+# fragments got no further: it goes again after a back-off.
+NOT_ACKNOWLEDGED = "The message was sent to the remote instance but has not been acknowledged yet."
 
 
 class OutboundMessage(NamedTuple):
@@ -62,6 +74,8 @@ class OutboundMessage(NamedTuple):
     state: str
     far_broker: str | None
     session_key: uuid.UUID | None  # set when the dialog asked for ENCRYPTION = ON
+    fragments_held: int = 0  # fragments of it its destination holds (it travels in fragments) ...
+    fragments_held_by: str | None = None  # ... if it is this broker instance
 
     @property
     def kind(self) -> Kind:
@@ -72,6 +86,11 @@ class OutboundMessage(NamedTuple):
         """The broker instance the message is for: the one it was routed to before, else
         the one the dialog knows (pinned at BEGIN DIALOG, or named by an acknowledgement)."""
         return self.to_broker or self.far_broker
+
+    def first_fragment(self, destination: str) -> int:
+        """The first fragment to send to the broker instance ``destination`` ("" when not
+        known): the first it does not hold yet."""
+        return self.fragments_held if destination and destination == self.fragments_held_by else 0
 
 
 def due_messages(ctx: TxContext, limit: int, after: int = 0) -> list[OutboundMessage]:
@@ -110,6 +129,19 @@ def frames_of(catalog: Catalog, messages: Sequence[OutboundMessage], destination
     ) for m in messages]
 
 
+def frames_in_fragments(catalog: Catalog, messages: Sequence[OutboundMessage]) -> list[MessageFrame]:
+    """The frames that carry ``messages`` to another instance, each to the broker instance
+    its dialog knows: the whole messages first, then those over ``FRAGMENT_BYTES`` in
+    fragments (so that they hold none of the small ones up), each from the first
+    fragment its destination does not hold yet."""
+    whole: list[MessageFrame] = []
+    parts: list[MessageFrame] = []
+    for message, frame in zip(messages, frames_of(catalog, messages, None), strict=True):
+        pieces = fragments_of(frame, message.first_fragment(frame.to_broker))
+        (whole if pieces[0].fragments == 1 else parts).extend(pieces)
+    return whole + parts
+
+
 def claim(ctx: TxContext, handles: Iterable[uuid.UUID]) -> set[uuid.UUID]:
     """Lock, without waiting, the conversation groups and endpoints of these handles, in
     the order SEND takes them (group, then endpoint); the handles locked. The transmitter
@@ -133,23 +165,59 @@ def claim(ctx: TxContext, handles: Iterable[uuid.UUID]) -> set[uuid.UUID]:
 
 def settle(ctx: TxContext, delivery: Delivery, sent: dict[int, OutboundMessage]) -> int:
     """Apply the destination's receipts in the sender's transaction; how many messages
-    left the transmission queue. ``sent`` holds the messages to settle (claimed)."""
-    receipts = [r for r in delivery.receipts if r.message_id in sent]
-    gone = _forget(ctx, [r.message_id for r in receipts if r.acknowledged], delivery.broker_instance)
-    for receipt in receipts:
-        message = sent[receipt.message_id]
-        if receipt.acknowledged:
-            if receipt.message_id in gone and message.kind != "message":
-                endpoint = ep.find_endpoint(ctx, message.conversation_handle)
-                if endpoint is not None and endpoint.state == "DO":
-                    ep.close_endpoint(ctx, endpoint)  # the far side has our EndDialog / Error
-        else:
-            wait(ctx, [message], receipt.reason)
-        if receipt.error is not None:
+    left the transmission queue. ``sent`` holds the messages to settle (claimed).
+
+    A message sent in fragments has a receipt per fragment, given in order: it is
+    acknowledged if any of them says so (the destination has it whole, or discarded
+    it), else the last says how it stands."""
+    answers: dict[int, list[Receipt]] = defaultdict(list)
+    for receipt in delivery.receipts:
+        if receipt.message_id in sent:
+            answers[receipt.message_id].append(receipt)
+    acknowledged = [i for i, receipts in answers.items() if any(r.acknowledged for r in receipts)]
+    gone = _forget(ctx, acknowledged, delivery.broker_instance)
+    for message_id, receipts in answers.items():
+        message, last = sent[message_id], receipts[-1]
+        if message_id in gone and message.kind != "message":
+            endpoint = ep.find_endpoint(ctx, message.conversation_handle)
+            if endpoint is not None and endpoint.state == "DO":
+                ep.close_endpoint(ctx, endpoint)  # the far side has our EndDialog / Error
+        elif not any(r.acknowledged for r in receipts):
+            if last.fragments_held is None:
+                wait(ctx, [message], last.reason)
+            else:
+                _partly_held(ctx, message, last.fragments_held, delivery.broker_instance)
+        error = next((r.error for r in receipts if r.error is not None), None)
+        if error is not None:
             endpoint = ep.find_endpoint(ctx, message.conversation_handle)
             if endpoint is not None:
-                broker_error(ctx, endpoint, receipt.error.code, receipt.error.description)
+                broker_error(ctx, endpoint, error.code, error.description)
     return len(gone)
+
+
+def _partly_held(ctx: TxContext, message: OutboundMessage, held: int, far_broker: str) -> None:
+    """``far_broker`` holds the first ``held`` fragments of ``message``, not all: it stays.
+
+    Further than the last count: the count goes up (never down: another transmitter may
+    have settled a later answer already) and the rest go at once; the dialog's far side
+    is that broker instance from now on, since it holds the target endpoint. Otherwise
+    the count is set to what the destination holds (fewer, when it lost some: the next
+    attempt starts there), unless another transmitter moved it meanwhile, and the
+    message backs off like one not acknowledged."""
+    start = message.first_fragment(far_broker)
+    if held > start:
+        further = (_t.c.fragments_held_by != far_broker) | _t.c.fragments_held_by.is_(None) | (
+            _t.c.fragments_held < held)
+        ctx.conn.execute(update(_t).where(_t.c.message_id == message.message_id, further).values(
+            fragments_held=held, fragments_held_by=far_broker, attempts=0))
+        ctx.conn.execute(update(_e).where(_e.c.conversation_handle == message.conversation_handle,
+                                          _e.c.far_broker_instance.is_(None)).values(far_broker_instance=far_broker))
+        return
+    ctx.conn.execute(update(_t).where(
+        _t.c.message_id == message.message_id, _t.c.fragments_held == message.fragments_held,
+        _t.c.fragments_held_by.is_not_distinct_from(message.fragments_held_by),
+    ).values(fragments_held=held, fragments_held_by=far_broker))
+    wait(ctx, [message], NOT_ACKNOWLEDGED)
 
 
 def wait(ctx: TxContext, messages: Iterable[OutboundMessage], reason: str) -> None:

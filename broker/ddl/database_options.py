@@ -43,12 +43,13 @@ def set_broker_enabled(ctx: TxContext, enabled: bool) -> None:
 
 def new_broker(ctx: TxContext) -> uuid.UUID:
     """NEW_BROKER: a new ``service_broker_guid``, delivery enabled, and every conversation
-    removed at once without telling anyone: endpoints, groups, every queue's messages and
-    the transmission queue. Returns the new guid."""
+    removed at once without telling anyone: endpoints, groups, every queue's messages, the
+    fragments of those still arriving and the transmission queue. Returns the new guid."""
     lock_conversations(ctx)
     ctx.conn.execute(delete(ep.endpoints))
     ctx.conn.execute(delete(ep.groups))
     ctx.conn.execute(delete(ep.transmissions))
+    ctx.conn.execute(delete(ep.fragments))
     for queue in ctx.catalog.queues.values():
         ctx.conn.execute(delete(queue_table(queue.table_name)))  # every message belongs to a conversation
     guid = uuid.uuid4()

@@ -88,5 +88,6 @@ def _attempt(network: NetworkTransport, address: TcpAddress,
 
 
 def _acknowledged(answer: Sequence[Delivery] | TransportError) -> TypeGuard[Sequence[Delivery]]:
+    """Whether the database answered: it acknowledged a message, or holds fragments of one."""
     return not isinstance(answer, TransportError) and any(
-        receipt.acknowledged for delivery in answer for receipt in delivery.receipts)
+        receipt.taken for delivery in answer for receipt in delivery.receipts)

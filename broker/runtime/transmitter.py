@@ -11,7 +11,9 @@ each with its database's routes and a directory of every database served
   the network transport when the instance has an endpoint (``transport.tcp``), without
   waiting: up to ``pipeline.WINDOW`` batches of a database are in flight at once, and
   their receipts are settled in the pass after they come (``runtime.pipeline``); a
-  message that comes back without a receipt waits, and goes again after a back-off;
+  message that comes back without a receipt waits, and goes again after a back-off. A
+  large message goes in fragments (``outbound.frames_in_fragments``), from the first
+  one its destination does not hold yet;
 * deliver the ones for their own database there (their target may have appeared);
 * leave the rest waiting with the reason: no route, no such service, the network
   transport not configured, a dialog that received an error; a route that is missing
@@ -34,11 +36,13 @@ from datetime import UTC, datetime
 
 from broker.conversations.frames import Delivery
 from broker.conversations.outbound import (
+    NOT_ACKNOWLEDGED,
     OutboundMessage,
     bound_services,
     claim,
     deliver_here,
     due_messages,
+    frames_in_fragments,
     frames_of,
     hold_for_the_application,
     next_due,
@@ -66,9 +70,6 @@ NO_NETWORK_TRANSPORT = "The Service Broker protocol transport is disabled or not
 NO_BINDING = ("Dialog security is not available for this conversation because there is no remote service "
               "binding for the target service. Create a remote service binding, or specify ENCRYPTION = OFF "
               "in the BEGIN DIALOG statement.")  # 9727
-# A message sent to another instance that came back with no receipt (the frame was lost
-# or dropped on the way, or forwarded and not answered): it goes again after a back-off.
-NOT_ACKNOWLEDGED = "The message was sent to the remote instance but has not been acknowledged yet."
 
 
 class Databases:
@@ -233,7 +234,7 @@ class Transmitter:
         batch = [m for m, ok in zip(batch, secured, strict=True) if ok]
         if not batch:
             return
-        frames = frames_of(catalog, batch, None)
+        frames = frames_in_fragments(catalog, batch)
         if hop.mirror is None:
             answer = network.submit(hop.address, frames)
         else:  # the principal is found by sending to one partner, then the other: one batch at a time

@@ -255,6 +255,23 @@ class TransmissionQueueEntry(Base):
     # Background retries: when to try again, and how many tries failed so far.
     next_attempt_time: Mapped[datetime | None] = mapped_column(UTCDateTime(), index=True)
     attempts: Mapped[int] = mapped_column(Integer, server_default="0")
+    # A message going to another instance in fragments: how many of them (0 to n - 1)
+    # the destination has committed, and which destination (its broker instance) said
+    # so; the next attempt starts there if it goes to the same one (migration 0011).
+    fragments_held: Mapped[int] = mapped_column(Integer, server_default="0")
+    fragments_held_by: Mapped[str | None] = mapped_column(String(128))
+
+
+class MessageFragment(Base):
+    """A fragment of a message arriving from another instance, kept until its last
+    fragment completes the message (``conversations.arrival``)."""
+
+    __tablename__ = "sb_fragments"
+
+    conversation_handle: Mapped[uuid.UUID] = mapped_column(GUID(), primary_key=True)  # the receiving endpoint
+    message_sequence_number: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    fragment: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    body: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class ConversationPriority(Base):

@@ -44,11 +44,18 @@ from broker.storage.types import GUID, UTCDateTime
 LAYOUT_VERSION = 1
 INTERNAL_PREFIX = "queue_messages_"
 
+# The status of a message that is not complete yet: arrived ahead of a missing one, or
+# still arriving in fragments. RECEIVE takes only status 1.
+INCOMPLETE = 2
+
 # Receive order inside one conversation: a DialogTimer first, then an Error, then the
 # rest in sequence order (spec 2.3).
 RANK_DIALOG_TIMER = 0
 RANK_ERROR = 1
 RANK_SEQUENCED = 2
+# Not a message yet: the row (status 2) that shows a message still arriving in fragments
+# from another instance (``conversations.arrival``). It is never received.
+RANK_PARTIAL = 3
 
 # Names SQL Server would reject for a queue, or that cannot be quoted safely everywhere.
 _FORBIDDEN = re.compile(r'["\x00-\x1f\[\]]')

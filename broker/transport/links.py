@@ -24,7 +24,6 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 
 from broker.storage.connection_states import ConnectionEncryption, ConnectionState, LoginState
-from broker.transport.fragments import REASSEMBLY_BYTES, Reassembly
 from broker.transport.records import ConnectionInfo
 from broker.transport.seam import TransportError
 from broker.transport.wire import (
@@ -267,7 +266,6 @@ class Accepted(Link):
                  writer: asyncio.StreamWriter) -> None:
         super().__init__(endpoint, info, reader, writer)
         self.applying = asyncio.Lock()
-        self.reassembly = Reassembly(REASSEMBLY_BYTES)
 
     async def serve(self) -> None:
         self.identify()
@@ -311,7 +309,7 @@ class Accepted(Link):
 
     async def _answer(self, batch: Data, slot: asyncio.Semaphore) -> None:
         try:
-            receipts, forwards = await self.endpoint.apply_batch(batch, self.applying, self.reassembly)
+            receipts, forwards = await self.endpoint.apply_batch(batch, self.applying)
         finally:
             slot.release()
         for forwarded in await asyncio.gather(*forwards):

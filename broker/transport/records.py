@@ -33,8 +33,8 @@ class ConnectionInfo:
     total_bytes_received: int = 0
     total_sends: int = 0  # frames written
     total_receives: int = 0  # frames read
-    total_fragments_sent: int = 0  # messages sent
-    total_fragments_received: int = 0  # messages received
+    total_fragments_sent: int = 0  # messages and fragments sent
+    total_fragments_received: int = 0  # messages and fragments received (receipts, on a connection it dialled)
     refusal: str | None = None  # why the connection was refused or failed
 
     def touched(self) -> None:
@@ -73,5 +73,5 @@ def forwarded_message(envelope: Envelope, address: TcpAddress) -> ForwardedMessa
     frame = envelope.frame
     return ForwardedMessage(
         frame.conversation_id, frame.from_initiator, frame.to_service, frame.to_broker, frame.from_service,
-        frame.from_broker, str(address), frame.sequence, envelope.fragment, envelope.hops_remaining,
+        frame.from_broker, str(address), frame.sequence, frame.fragment, envelope.hops_remaining,
         envelope.time_to_live_ms // 1000, envelope.time_consumed_ms // 1000, frame.message_id)

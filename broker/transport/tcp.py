@@ -43,7 +43,7 @@ from typing import Any, NamedTuple
 from broker.conversations.frames import Delivery, MessageFrame, Receipt
 from broker.routing.addresses import TcpAddress
 from broker.storage.connection_states import ConnectionState, LoginState
-from broker.transport.fragments import Reassembly, batches, fragmented
+from broker.transport.batching import batches
 from broker.transport.links import HANDSHAKE_TIMEOUT_S, RECEIPT_TIMEOUT_S, Accepted, Outbound, reason_of, refused
 from broker.transport.records import ConnectionInfo, ForwardedMessage, forwarded_message
 from broker.transport.seam import Answer, TransportError, receipts_of
@@ -188,12 +188,12 @@ class TcpEndpoint:
         return await self._send(address, [Envelope(f, remaining[f.lifetime]) for f in frames])
 
     async def _send(self, address: TcpAddress, envelopes: Sequence[Envelope]) -> list[Delivery]:
-        """Send ``envelopes`` in DATA batches, a large message in fragments after the
-        whole ones (so it holds none of them up); the receipts, by the database that gave
+        """Send ``envelopes`` in DATA batches, in order, on one connection (the fragments of
+        a large message go one after another); the receipts, by the database that gave
         them. TransportError when no batch was answered."""
         answered: dict[str, list[Receipt]] = {}
         connection: Outbound | None = None
-        for batch in batches(fragmented(envelopes)):
+        for batch in batches(envelopes):
             try:
                 connection = connection or await self._connection(address)
                 receipts = await connection.request(next(self._batches), batch)
@@ -316,23 +316,24 @@ class TcpEndpoint:
             info.closed()
             await _closed(writer)
 
-    async def apply_batch(self, batch: Data, applying: asyncio.Lock,
-                     reassembly: Reassembly) -> tuple[list[WireReceipt], list[Coroutine[Any, Any, list[WireReceipt]]]]:
+    async def apply_batch(
+        self, batch: Data, applying: asyncio.Lock,
+    ) -> tuple[list[WireReceipt], list[Coroutine[Any, Any, list[WireReceipt]]]]:
         """Apply one DATA batch to this instance's databases (under ``applying``, so a
         connection's batches apply in the order they came): their receipts, and the
         forwards of what the instance's routes send on, still to be awaited (each gives
-        the receipts of the instance it forwarded to). A message in fragments is taken,
-        and answered, with the batch that brings its last fragment (``reassembly``)."""
+        the receipts of the instance it forwarded to). A fragment is applied, answered
+        and forwarded like a whole message."""
         loop = asyncio.get_running_loop()
         started = loop.time()
-        live = {e.frame.message_id: e for e in reassembly.whole(batch.envelopes)
+        live = {(e.frame.message_id, e.frame.fragment): e for e in batch.envelopes
                 if e.hops_remaining > 0 and e.time_consumed_ms < e.time_to_live_ms}
         async with applying:
             arrived = await loop.run_in_executor(self._appliers, self._inbound, [e.frame for e in live.values()])
         receipts = [WireReceipt(receipt, delivery.broker_instance) for delivery in arrived.deliveries
                     for receipt in delivery.receipts]
         elapsed_ms = int((loop.time() - started) * 1000)
-        return receipts, [self._forward(address, [live[f.message_id] for f in frames], elapsed_ms)
+        return receipts, [self._forward(address, [live[f.message_id, f.fragment] for f in frames], elapsed_ms)
                           for address, frames in arrived.onward.items()]
 
     # -- bookkeeping ---------------------------------------------------------------------------

@@ -4,11 +4,13 @@ A frame on the wire is ``u32 length`` (big-endian, of what follows) | ``u8 type`
 ``u32 crc32`` of the payload | payload; the payload is MessagePack. The types:
 
 - ``HELLO`` (:class:`Hello`): who is speaking, sent first by each side of a connection.
-- ``DATA`` (:class:`Data`): a batch of :class:`Envelope` s, each one message (fragment)
-  with the header fields of ``sys.dm_broker_forwarded_messages``; bodies travel as raw
+- ``DATA`` (:class:`Data`): a batch of :class:`Envelope` s, each one message or one
+  fragment of one (the dialog protocol's frame, whose fragment numbers it carries) with
+  the header fields of ``sys.dm_broker_forwarded_messages``; bodies travel as raw
   bytes, never re-encoded.
-- ``RECEIPTS`` (:class:`Receipts`): the destination's answers to a batch, each naming the
-  database (broker instance) that gave it.
+- ``RECEIPTS`` (:class:`Receipts`): the destination's answers to a batch, one per
+  envelope, each naming the database (broker instance) that gave it; the answer to a
+  fragment says how many of its message's fragments that database holds.
 - ``PING`` / ``PONG`` (:class:`Ping`, :class:`Pong`): a token, echoed.
 - ``ERROR`` (:class:`ErrorFrame`): a refusal (e.g. the peer is not trusted); the sender
   closes the connection after it.
@@ -33,7 +35,7 @@ import msgpack  # type: ignore[import-untyped]
 from broker.arguments import BIGINT_MAX, INT_MAX, TINYINT_MAX, out_of_range
 from broker.conversations.frames import BrokerErrorNote, Kind, MessageFrame, Receipt
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: fragments are answered one by one (``Receipt.fragments_held``)
 MAX_FRAME = 8 * 1024 * 1024  # bounds a frame's length prefix: a larger one is a protocol error
 MAX_NAME = 256  # characters in a service, contract, message type or endpoint name
 MAX_BROKER = 128  # characters in a broker instance (a GUID's 36, stored as nvarchar(128))
@@ -86,15 +88,13 @@ class Hello(NamedTuple):
 
 
 class Envelope(NamedTuple):
-    """One message (or fragment of one) with its transport header, as
-    ``sys.dm_broker_forwarded_messages`` shows it."""
+    """One message (or fragment of one: ``frame.fragment`` of ``frame.fragments``) with
+    its transport header, as ``sys.dm_broker_forwarded_messages`` shows it."""
 
     frame: MessageFrame
     time_to_live_ms: int  # what remains of the message's time to live; 0: discarded
-    fragment: int = 0  # message_fragment_number
     hops_remaining: int = 32  # decremented at each forward; 0: discarded
     time_consumed_ms: int = 0  # increased by the time spent at each hop
-    fragments: int = 1  # how many fragments the message travels in (fragment < fragments)
 
 
 class WireReceipt(NamedTuple):
@@ -166,7 +166,7 @@ def encode_data(batch_id: int, envelopes: Sequence[Envelope]) -> bytes:
     return _frame(FrameType.DATA, (batch_id, [
         (f.message_id, f.conversation_id.bytes, f.from_initiator, f.from_service, f.from_broker, f.to_service,
          f.to_broker, f.contract, f.message_type, f.sequence, f.kind, f.body, _micros(f.lifetime),
-         e.fragment, e.hops_remaining, e.time_to_live_ms, e.time_consumed_ms, e.fragments)
+         f.fragment, e.hops_remaining, e.time_to_live_ms, e.time_consumed_ms, f.fragments)
         for e in envelopes for f in (e.frame,)]))
 
 
@@ -174,7 +174,7 @@ def encode_receipts(batch_id: int, receipts: Sequence[WireReceipt]) -> bytes:
     """A RECEIPTS frame answering the DATA batch ``batch_id``."""
     return _frame(FrameType.RECEIPTS, (batch_id, [
         (r.message_id, r.acknowledged, r.reason, None if r.error is None else (r.error.code, r.error.description),
-         w.broker_instance)
+         w.broker_instance, r.fragments_held)
         for w in receipts for r in (w.receipt,)]))
 
 
@@ -198,7 +198,7 @@ _MAX_MICROS = _micros(datetime.max.replace(tzinfo=UTC))
 _KINDS: frozenset[str] = frozenset(get_args(Kind))
 _ENCRYPTIONS: frozenset[str] = frozenset(get_args(Encryption))
 _ENVELOPE_FIELDS = 18
-_RECEIPT_FIELDS = 5
+_RECEIPT_FIELDS = 6
 
 
 def _shown(value: object) -> str:
@@ -297,7 +297,7 @@ def _fast_envelope(item: object, seen: _Seen) -> Envelope | None:
                                  to_broker, contract, message_type, sequence,
                                  kind,  # type: ignore[arg-type]  # one of _KINDS, checked above
                                  body, moment),
-                    time_to_live, 0, hops, time_consumed, 1)
+                    time_to_live, hops, time_consumed)
 
 
 def _envelope(item: object, seen: _Seen) -> Envelope:
@@ -325,28 +325,29 @@ def _envelope(item: object, seen: _Seen) -> Envelope:
         kind,  # type: ignore[arg-type]  # one of _KINDS, checked above
         body,
         _EPOCH + _integer(lifetime, "a lifetime", _MIN_MICROS, _MAX_MICROS) * _MICROSECOND,
+        _integer(fragment, "a fragment number", 0, INT_MAX),
+        _integer(fragments, "a fragment count", 1, INT_MAX),
     )
+    if frame.fragment >= frame.fragments:
+        raise ProtocolError(f"fragment {frame.fragment} of a message in {frame.fragments} fragment(s)")
     seen.names.update((frame.from_service, frame.to_service, frame.contract, frame.message_type))
     seen.brokers.update((frame.from_broker, frame.to_broker))
     seen.lifetimes[lifetime] = frame.lifetime
-    count = _integer(fragments, "a fragment count", 1, INT_MAX)
-    number = _integer(fragment, "a fragment number", 0, INT_MAX)
-    if number >= count:
-        raise ProtocolError(f"fragment {number} of a message in {count} fragment(s)")
-    return Envelope(frame, _integer(time_to_live, "a time to live", 0, BIGINT_MAX), number,
+    return Envelope(frame, _integer(time_to_live, "a time to live", 0, BIGINT_MAX),
                     _integer(hops, "hops remaining", 0, TINYINT_MAX),
-                    _integer(time_consumed, "a time consumed", 0, BIGINT_MAX), count)
+                    _integer(time_consumed, "a time consumed", 0, BIGINT_MAX))
 
 
 def _wire_receipt(item: object) -> WireReceipt:
-    message_id, acknowledged, reason, error, broker_instance = _array(item, "a receipt", _RECEIPT_FIELDS)
+    message_id, acknowledged, reason, error, broker_instance, held = _array(item, "a receipt", _RECEIPT_FIELDS)
     note = None
     if error is not None:
         code, description = _array(error, "a receipt's error", 2)
         note = BrokerErrorNote(_integer(code, "an error code", INT_MIN, INT_MAX),
                                _text(description, "an error description", MAX_TEXT))
     receipt = Receipt(_integer(message_id, "a message id", 0, BIGINT_MAX), _flag(acknowledged, "acknowledged"),
-                      _text(reason, "a transmission status", MAX_TEXT), note)
+                      _text(reason, "a transmission status", MAX_TEXT), note,
+                      None if held is None else _integer(held, "the fragments held", 0, INT_MAX))
     return WireReceipt(receipt, _text(broker_instance, "a receipt's broker instance", MAX_BROKER))
 
 

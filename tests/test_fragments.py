@@ -315,6 +315,30 @@ def test_with_the_queue_off_the_fragments_are_stored_and_the_message_parked_once
     assert receive(pair.target) == [LARGE]
 
 
+def test_a_last_fragment_refused_leaves_the_others_held_and_goes_again_alone(pair: Pair) -> None:
+    pair.target.alter_queue(BETWEEN_TARGET_QUEUE, status=False)
+    handle = pair.begin(b"<m>0</m>")
+    pair.send(handle, LARGE)
+    [_, pieces] = pair.frames()
+    receipts = pair.apply(pieces)  # message 0 was lost: 1 is ahead of a gap, which a queue that is OFF refuses
+    assert receipts[-1] == Receipt(pieces[0].message_id, False, f'The service queue "{BETWEEN_TARGET_QUEUE}" is '
+                                   f'currently disabled.')
+    assert pair.stored() == [(1, 0), (1, 1)]
+    pair.settle(receipts)
+    [_, row] = pair.outbound()
+    assert (row["fragments_held"], row["attempts"]) == (2, 1)
+    assert row["transmission_status"] == receipts[-1].reason
+    pair.target.alter_queue(BETWEEN_TARGET_QUEUE, status=True)
+    with pair.initiator.transaction() as tx:
+        catalog = tx.run(lambda ctx: ctx.catalog)
+        tx.run(lambda ctx: ctx.conn.execute(update(transmissions).values(next_attempt_time=ctx.now())))
+    again = frames_in_fragments(catalog, pair.due())
+    assert [(f.sequence, f.fragment) for f in again] == [(0, 0), (1, 2)]
+    pair.settle(pair.apply(again))
+    assert pair.outbound() == [] and pair.stored() == []
+    assert receive(pair.target) == [b"<m>0</m>", LARGE]
+
+
 # -- the sender ----------------------------------------------------------------------------------------------
 
 

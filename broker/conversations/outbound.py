@@ -74,8 +74,8 @@ class OutboundMessage(NamedTuple):
     state: str
     far_broker: str | None
     session_key: uuid.UUID | None  # set when the dialog asked for ENCRYPTION = ON
-    fragments_held: int = 0  # fragments of it its destination holds (it travels in fragments) ...
-    fragments_held_by: str | None = None  # ... if it is this broker instance
+    fragments_held: int = 0  # how many of its fragments the broker instance ``fragments_held_by`` holds
+    fragments_held_by: str | None = None
 
     @property
     def kind(self) -> Kind:
@@ -169,24 +169,28 @@ def settle(ctx: TxContext, delivery: Delivery, sent: dict[int, OutboundMessage])
 
     A message sent in fragments has a receipt per fragment, given in order: it is
     acknowledged if any of them says so (the destination has it whole, or discarded
-    it), else the last says how it stands."""
+    it); else the last count of fragments held says where the next attempt starts, and
+    the last receipt whether it is refused with a reason."""
     answers: dict[int, list[Receipt]] = defaultdict(list)
     for receipt in delivery.receipts:
         if receipt.message_id in sent:
             answers[receipt.message_id].append(receipt)
-    acknowledged = [i for i, receipts in answers.items() if any(r.acknowledged for r in receipts)]
-    gone = _forget(ctx, acknowledged, delivery.broker_instance)
+    acknowledged = {i for i, receipts in answers.items() if any(r.acknowledged for r in receipts)}
+    gone = _forget(ctx, sorted(acknowledged), delivery.broker_instance)
     for message_id, receipts in answers.items():
         message, last = sent[message_id], receipts[-1]
-        if message_id in gone and message.kind != "message":
-            endpoint = ep.find_endpoint(ctx, message.conversation_handle)
-            if endpoint is not None and endpoint.state == "DO":
-                ep.close_endpoint(ctx, endpoint)  # the far side has our EndDialog / Error
-        elif not any(r.acknowledged for r in receipts):
+        if message_id in acknowledged:
+            if message_id in gone and message.kind != "message":
+                endpoint = ep.find_endpoint(ctx, message.conversation_handle)
+                if endpoint is not None and endpoint.state == "DO":
+                    ep.close_endpoint(ctx, endpoint)  # the far side has our EndDialog / Error
+        else:
+            held = next((r.fragments_held for r in reversed(receipts) if r.fragments_held is not None), None)
+            further = held is not None and _count_held(ctx, message, held, delivery.broker_instance)
             if last.fragments_held is None:
                 wait(ctx, [message], last.reason)
-            else:
-                _partly_held(ctx, message, last.fragments_held, delivery.broker_instance)
+            elif not further:
+                wait(ctx, [message], NOT_ACKNOWLEDGED)
         error = next((r.error for r in receipts if r.error is not None), None)
         if error is not None:
             endpoint = ep.find_endpoint(ctx, message.conversation_handle)
@@ -195,29 +199,29 @@ def settle(ctx: TxContext, delivery: Delivery, sent: dict[int, OutboundMessage])
     return len(gone)
 
 
-def _partly_held(ctx: TxContext, message: OutboundMessage, held: int, far_broker: str) -> None:
-    """``far_broker`` holds the first ``held`` fragments of ``message``, not all: it stays.
+def _count_held(ctx: TxContext, message: OutboundMessage, held: int, far_broker: str) -> bool:
+    """Record that ``far_broker`` holds the first ``held`` fragments of ``message`` (not
+    all: the message stays); whether that is further than the last count.
 
-    Further than the last count: the count goes up (never down: another transmitter may
-    have settled a later answer already) and the rest go at once; the dialog's far side
-    is that broker instance from now on, since it holds the target endpoint. Otherwise
-    the count is set to what the destination holds (fewer, when it lost some: the next
-    attempt starts there), unless another transmitter moved it meanwhile, and the
-    message backs off like one not acknowledged."""
-    start = message.first_fragment(far_broker)
-    if held > start:
-        further = (_t.c.fragments_held_by != far_broker) | _t.c.fragments_held_by.is_(None) | (
+    Further: the count goes up (never down: another transmitter may have settled a later
+    answer already), the rest may go at once (no failed attempt is counted), and the
+    dialog's far side is that broker instance from now on, since it holds the target
+    endpoint. Not further: the count is set to what the destination holds (fewer, when
+    it lost some: the next attempt starts there), unless another transmitter moved it
+    meanwhile."""
+    if held > message.first_fragment(far_broker):
+        raised = (_t.c.fragments_held_by != far_broker) | _t.c.fragments_held_by.is_(None) | (
             _t.c.fragments_held < held)
-        ctx.conn.execute(update(_t).where(_t.c.message_id == message.message_id, further).values(
+        ctx.conn.execute(update(_t).where(_t.c.message_id == message.message_id, raised).values(
             fragments_held=held, fragments_held_by=far_broker, attempts=0))
         ctx.conn.execute(update(_e).where(_e.c.conversation_handle == message.conversation_handle,
                                           _e.c.far_broker_instance.is_(None)).values(far_broker_instance=far_broker))
-        return
+        return True
     ctx.conn.execute(update(_t).where(
         _t.c.message_id == message.message_id, _t.c.fragments_held == message.fragments_held,
         _t.c.fragments_held_by.is_not_distinct_from(message.fragments_held_by),
     ).values(fragments_held=held, fragments_held_by=far_broker))
-    wait(ctx, [message], NOT_ACKNOWLEDGED)
+    return False
 
 
 def wait(ctx: TxContext, messages: Iterable[OutboundMessage], reason: str) -> None:

@@ -158,8 +158,9 @@ def _take(ctx: TxContext, receiver: Endpoint, queue: QueueInfo, frame: MessageFr
 def _arrive_in_part(ctx: TxContext, receiver: Endpoint, queue: QueueInfo, frame: MessageFrame,
                     moment: datetime) -> Receipt:
     """One fragment of a message that is neither a duplicate nor for an endpoint that
-    ended. Stored when it is the next one expected (the first with the row that shows
-    the message, its type checked first); the last completes the message, taken whole."""
+    ended, in the destination's transaction: stored when it is the next one expected
+    (the first, its type checked, with the row that shows the message); the last
+    completes the message. Otherwise answered with the count of fragments held."""
     handle, sequence = receiver.conversation_handle, frame.sequence
     if sequence > receiver.receive_sequence and _held_ahead(ctx, receiver, queue.table_name, sequence):
         return Receipt(frame.message_id, True)  # complete here already, waiting for a gap to fill
@@ -171,19 +172,29 @@ def _arrive_in_part(ctx: TxContext, receiver: Endpoint, queue: QueueInfo, frame:
         refused = _refused(ctx, receiver, frame)
         if refused is not None:
             return refused
-    if frame.fragment < frame.fragments - 1:
-        ctx.conn.execute(insert(_f).values(conversation_handle=handle, message_sequence_number=sequence,
-                                           fragment=frame.fragment, body=frame.body or b""))
-        if frame.fragment == 0 and queue.enqueue_enabled:
-            enqueue_partial(ctx, receiver, queue, sequence, _message_type_id(ctx, frame), moment)
-        return Receipt(frame.message_id, False, fragments_held=held + 1)
+    if frame.fragment == frame.fragments - 1:
+        return _complete(ctx, receiver, queue, frame, moment)
+    ctx.conn.execute(insert(_f).values(conversation_handle=handle, message_sequence_number=sequence,
+                                       fragment=frame.fragment, body=frame.body or b""))
+    if frame.fragment == 0 and queue.enqueue_enabled:
+        enqueue_partial(ctx, receiver, queue, sequence, _message_type_id(ctx, frame), moment)
+    return Receipt(frame.message_id, False, fragments_held=held + 1)
+
+
+def _complete(ctx: TxContext, receiver: Endpoint, queue: QueueInfo, last: MessageFrame,
+              moment: datetime) -> Receipt:
+    """The last fragment of a message: the message, whole, is taken as one that came
+    whole. Its fragments and its row go once it is acknowledged; when it is refused (a
+    queue that is OFF, with the message ahead of a gap) they stay, and the sender sends
+    the last fragment again."""
+    handle, sequence = receiver.conversation_handle, last.sequence
     parts = ctx.conn.execute(select(_f.c.body).where(
         _f.c.conversation_handle == handle, _f.c.message_sequence_number == sequence).order_by(_f.c.fragment))
-    whole = frame._replace(body=b"".join([*parts.scalars(), frame.body or b""]), fragment=0, fragments=1)
+    whole = last._replace(body=b"".join([*parts.scalars(), last.body or b""]), fragment=0, fragments=1)
     receipt = _take(ctx, receiver, queue, whole, moment)
     if receipt.acknowledged:
         ep.drop_partial_messages(ctx, receiver, sequence)
-    return receipt  # refused (its queue is OFF): the fragments stay, and the last one comes again
+    return receipt
 
 
 def _refused(ctx: TxContext, receiver: Endpoint, frame: MessageFrame) -> Receipt | None:

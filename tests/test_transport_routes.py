@@ -56,10 +56,8 @@ def service_of(side: Side) -> str:
     return str(row["name"])
 
 
-def accepted_from(side: Side, principal: str) -> bool:
-    """Whether ``side``'s endpoint took messages on a connection ``principal`` dialled."""
-    return any(c["is_accept"] and c["principal_name"] == principal and c["total_fragments_received"] >= 1
-               for c in side.inst.catalog("sys.dm_broker_connections"))
+def connections(side: Side, *, accepted: bool) -> list[dict[str, object]]:
+    return [c for c in side.inst.catalog("sys.dm_broker_connections") if bool(c["is_accept"]) == accepted]
 
 
 def dispose(*sides: Side) -> None:
@@ -95,9 +93,13 @@ def test_a_dialog_between_instances_by_transport_routes(tmp_path: Path, target_u
                 tx.end_conversation(handle)
             wait_until(lambda: not initiator.held() and not target.held(), DEADLINE_S)
             wait_until(lambda: not initiator.db.catalog("sys.conversation_endpoints"), DEADLINE_S)
-            # Both ways went over TCP: each endpoint accepted the other's connection.
-            wait_until(lambda: accepted_from(target, "initiator instance"), DEADLINE_S)
-            wait_until(lambda: accepted_from(initiator, "target instance"), DEADLINE_S)
+            # Both ways went over the one TCP connection the initiator dialled: the target
+            # sent its reply and EndDialog back on it instead of dialling the initiator.
+            wait_until(lambda: any(c["principal_name"] == "target instance" and c["total_fragments_received"] >= 3
+                                   for c in connections(initiator, accepted=False)), DEADLINE_S)
+            wait_until(lambda: any(c["principal_name"] == "initiator instance"
+                                   for c in connections(target, accepted=True)), DEADLINE_S)
+            assert connections(target, accepted=False) == [] and connections(initiator, accepted=True) == []
         [far] = target.db.catalog("sys.conversation_endpoints")
         assert far["state"] == "CD" and far["far_broker_instance"] == str(initiator.db.service_broker_guid)
     finally:

@@ -1,13 +1,15 @@
-"""The two ends of a connection between Service Broker endpoints (spec 7.5): the HELLOs,
-then DATA one way and RECEIPTS the other.
+"""A connection between two Service Broker endpoints (spec 7.5): one per pair of
+instances, whichever dialled it, carrying both directions.
 
-:class:`Outbound` is a connection an endpoint dialled: it sends DATA batches, each
-answered by a future of its RECEIPTS, PINGs while batches wait, and closes when idle.
-:class:`Accepted` is one another endpoint dialled: it reads DATA batches and has its
-endpoint apply them (``TcpEndpoint.apply_batch``), at most ``ANSWERING_AT_ONCE`` at once,
-answering each. Both count what they carry in their ``ConnectionInfo`` (what
-``sys.dm_broker_connections`` shows). The endpoint itself (listening, dialling, the
-loop's thread) is ``transport.tcp``.
+After TLS and the HELLOs (which say where each side listens, so that the side that was
+dialled sends back on the same connection instead of dialling its own), each side sends
+DATA batches, each answered by a future of its RECEIPTS, and has its endpoint apply the
+other's (``TcpEndpoint.apply_batch``), at most ``ANSWERING_AT_ONCE`` at once, answering
+each. Receipts, PINGs and PONGs never queue behind bulk data: they are written at once,
+while DATA waits for the socket's buffer to drain. :class:`Connection` counts what it
+carries in its ``ConnectionInfo`` (what ``sys.dm_broker_connections`` shows). The
+endpoint itself (listening, dialling, choosing a connection per peer, the loop's
+thread) is ``transport.tcp``.
 """
 
 from __future__ import annotations
@@ -53,9 +55,13 @@ log = logging.getLogger("broker.transport")
 
 HANDSHAKE_TIMEOUT_S = 10.0  # the TLS handshake and the HELLOs
 RECEIPT_TIMEOUT_S = 120.0  # a batch not answered by then: the connection is dropped
-IDLE_S = 90.0  # an outbound connection with nothing in flight this long is closed
+IDLE_S = 90.0  # a connection no batch crossed this long is closed by the side that dialled it
 READ_SIZE = 1 << 16
 PING_EVERY_S = 2.0  # while batches wait for receipts
+# What a receipt or a ping may queue behind in the socket's buffer, beside the DATA frame
+# being written: the next DATA batch waits until the buffer is below it.
+DATA_AHEAD_BYTES = 256 << 10
+UNREAD_ANSWERS_BYTES = 16 << 20  # answers the peer leaves unread: past this, it is not read either
 ANSWERING_AT_ONCE = 8  # DATA batches of one connection being applied at once; more wait to be read
 SILENCE_S = 10.0  # a peer silent this long while batches wait has failed
 INCOMPATIBLE = 59031
@@ -121,8 +127,9 @@ class Link:
     async def hello(self) -> None:
         """Send our HELLO, read the peer's, and check that the two endpoints can talk."""
         settings = self.endpoint.settings
+        listen_host, listen_port = self.endpoint.listening_at()
         self.send(encode_hello(Hello(PROTOCOL_VERSION, settings.instance_id, settings.name, settings.encryption,
-                                     settings.forwarding)))
+                                     settings.forwarding, listen_host, listen_port)))
         deadline = asyncio.get_running_loop().time() + HANDSHAKE_TIMEOUT_S
         while self.peer is None:
             remaining = deadline - asyncio.get_running_loop().time()
@@ -151,36 +158,138 @@ class Link:
         self.info.login_time = datetime.now(UTC)
 
 
-class Outbound(Link):
-    """A connection this endpoint dialled: DATA out, RECEIPTS back."""
+class Connection(Link):
+    """One connection between two endpoints, whichever dialled it: each side sends DATA
+    batches, each answered by a future of its RECEIPTS, and applies and answers the
+    other's. Receipts, pings and pongs are written at once; a DATA batch waits until at
+    most ``DATA_AHEAD_BYTES`` of the socket's buffer is still unsent, so what answers the
+    peer never queues behind more than that and the frame being written."""
 
     def __init__(self, endpoint: TcpEndpoint, info: ConnectionInfo, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:
+                 writer: asyncio.StreamWriter, *, dialled: bool, source_host: str = "") -> None:
         super().__init__(endpoint, info, reader, writer)
-        self.waiting: dict[int, asyncio.Future[tuple[WireReceipt, ...]]] = {}
+        loop = asyncio.get_running_loop()
+        self.dialled = dialled
+        self.source_host = source_host  # the peer's address, when it dialled
         self.open = True
-        self.reading: asyncio.Task[None] | None = None
-        self.idle: asyncio.TimerHandle | None = None
-        self.heard = asyncio.get_running_loop().time()  # when the peer last sent anything
-        self.pinging: asyncio.Task[None] | None = None
+        self.waiting: dict[int, asyncio.Future[tuple[WireReceipt, ...]]] = {}
+        self.answering: set[asyncio.Task[None]] = set()
+        self.applying = asyncio.Lock()  # the peer's batches apply one after another, in order
+        # Batches being applied at once: a peer that floods waits to be read, so there is
+        # no unbounded backlog. A batch holds its slot while it is applied, not while what
+        # it forwards waits for other instances: reading goes on, and a routing loop ends
+        # by its hop count instead of filling every slot (forwarding is bounded by
+        # MESSAGE_FORWARD_SIZE).
+        self._slots = asyncio.Semaphore(ANSWERING_AT_ONCE)
+        self._data_turn = asyncio.Lock()  # DATA goes out in the order it was requested
+        self.heard = loop.time()  # when the peer last sent anything
+        self.active = loop.time()  # when a batch last went either way
+        self._tasks: list[asyncio.Task[None]] = []
+        self._idle: asyncio.TimerHandle | None = None
+        writer.transport.set_write_buffer_limits(high=DATA_AHEAD_BYTES)
+
+    @property
+    def dialler(self) -> str:
+        """The instance that dialled this connection (known once logged in)."""
+        assert self.peer is not None
+        return self.endpoint.settings.instance_id if self.dialled else self.peer.instance_id
 
     async def log_in(self) -> None:
+        """Identify the peer and exchange HELLOs; a TransportError with the reason when
+        the two cannot talk (the socket is dropped; the caller records the reason)."""
         self.identify()
         try:
             await self.hello()
         except (TransportError, ProtocolError, OSError, TimeoutError) as failure:
-            self.close(None)
-            raise failure if isinstance(failure, TransportError) else TransportError(
-                f"Connection handshake failed: {reason_of(failure)}") from None
-        self.reading = asyncio.get_running_loop().create_task(self._read())
-        self.pinging = asyncio.get_running_loop().create_task(self._ping())
-        self._rearm()
+            self.open = False
+            self.writer.transport.abort()
+            raise (failure if isinstance(failure, TransportError) else TransportError(
+                f"Connection handshake failed: {reason_of(failure)}")) from None
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._ping()))
+        if self.dialled:  # the side that dialled closes the connection once it is idle
+            self._tasks.append(loop.create_task(self.serve()))
+            self._rearm()
+
+    async def request(self, batch_id: int, envelopes: Sequence[Envelope]) -> tuple[WireReceipt, ...]:
+        """Send one batch and wait for its receipts."""
+        if not self.open:
+            raise TransportError(self.info.refusal or "The connection to the remote endpoint was closed.")
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[tuple[WireReceipt, ...]] = loop.create_future()
+        self.waiting[batch_id] = answer
+        self.active = loop.time()
+        try:
+            async with self._data_turn:
+                await self.writer.drain()  # down to the buffer's low mark
+                if not self.open:
+                    raise TransportError(self.info.refusal or "The connection to the remote endpoint was closed.")
+                self.send(encode_data(batch_id, envelopes), len(envelopes))
+            return await asyncio.wait_for(answer, RECEIPT_TIMEOUT_S)
+        except (OSError, TimeoutError) as failure:
+            self.close(_receiving_failed(failure))
+            raise TransportError(self.info.refusal or "The connection failed.") from None
+        finally:
+            self.waiting.pop(batch_id, None)
+            self.active = loop.time()
+
+    async def serve(self) -> None:
+        """Read the peer's frames until the connection ends: DATA is applied and answered
+        (a task per batch; local applies keep their order), RECEIPTS settle the batches
+        waiting, PINGs are answered from the loop, so a peer busy in its databases still
+        answers."""
+        loop = asyncio.get_running_loop()
+        reason: str | None = None
+        try:
+            while self.open:
+                frames = await self.frames()
+                if not frames and self.reader.at_eof():
+                    if self.waiting:
+                        reason = _receiving_failed(ConnectionError("the remote endpoint closed the connection"))
+                    return
+                self.heard = loop.time()
+                for frame in frames:
+                    if isinstance(frame, Data):
+                        self.info.total_fragments_received += len(frame.envelopes)
+                        self.active = self.heard
+                        await self._slots.acquire()
+                        task = loop.create_task(self._answer(frame))
+                        self.answering.add(task)
+                        task.add_done_callback(self.answering.discard)
+                    elif isinstance(frame, Receipts):
+                        self.info.total_fragments_received += len(frame.receipts)
+                        answer = self.waiting.get(frame.batch_id)
+                        if answer is not None and not answer.done():
+                            answer.set_result(frame.receipts)
+                    elif isinstance(frame, Ping):
+                        self.send(encode_pong(frame.token))
+                    elif isinstance(frame, ErrorFrame):
+                        reason = f"The remote endpoint closed the connection: {frame.text}"
+                        return
+                if self.writer.transport.get_write_buffer_size() > UNREAD_ANSWERS_BYTES:
+                    await self.writer.drain()  # a peer that does not read its answers stops being read
+        except (ProtocolError, OSError) as failure:
+            # The side that dialled words it as its batches' transmission status; the
+            # side that was dialled, as a connection it accepted that failed.
+            reason = _receiving_failed(failure) if self.dialled else f"The connection failed: {reason_of(failure)}"
+        finally:
+            self.close(reason)
+
+    async def _answer(self, batch: Data) -> None:
+        try:
+            receipts, forwards = await self.endpoint.apply_batch(batch, self.applying)
+        finally:
+            self._slots.release()
+        for forwarded in await asyncio.gather(*forwards):
+            receipts += forwarded
+        if self.open:
+            self.send(encode_receipts(batch.batch_id, receipts), len(receipts))
+            self.active = asyncio.get_running_loop().time()
 
     async def _ping(self) -> None:
         """While batches wait for receipts, PING every ``PING_EVERY_S``: a peer that sends
         nothing back for ``SILENCE_S`` (a stalled network, a host gone) fails the
-        connection, and its batches go again later. A peer busy applying a large batch
-        still answers: the PONGs come from its loop, not its databases."""
+        connection, and its batches go again later."""
         loop = asyncio.get_running_loop()
         tokens = itertools.count()
         while self.open:
@@ -193,54 +302,22 @@ class Outbound(Link):
                 return
             self.send(encode_ping(next(tokens)))
 
-    async def request(self, batch_id: int, envelopes: Sequence[Envelope]) -> tuple[WireReceipt, ...]:
-        """Send one batch and wait for its receipts."""
-        if not self.open:
-            raise TransportError(self.info.refusal or "The connection to the remote endpoint was closed.")
-        answer: asyncio.Future[tuple[WireReceipt, ...]] = asyncio.get_running_loop().create_future()
-        self.waiting[batch_id] = answer
-        self.send(encode_data(batch_id, envelopes), len(envelopes))
-        try:
-            await self.writer.drain()
-            return await asyncio.wait_for(answer, RECEIPT_TIMEOUT_S)
-        except (OSError, TimeoutError) as failure:
-            self.close(_receiving_failed(failure))
-            raise TransportError(self.info.refusal or "The connection failed.") from None
-        finally:
-            self.waiting.pop(batch_id, None)
-            self._rearm()
-
-    async def _read(self) -> None:
-        try:
-            while True:
-                frames = await self.frames()
-                if not frames and self.reader.at_eof():
-                    self.close("An error occurred while receiving data: 'the remote endpoint closed the connection'.")
-                    return
-                self.heard = asyncio.get_running_loop().time()
-                for frame in frames:
-                    if isinstance(frame, Receipts):
-                        self.info.total_fragments_received += len(frame.receipts)
-                        answer = self.waiting.get(frame.batch_id)
-                        if answer is not None and not answer.done():
-                            answer.set_result(frame.receipts)
-                    elif isinstance(frame, ErrorFrame):
-                        self.close(f"The remote endpoint closed the connection: {frame.text}")
-                        return
-        except (ProtocolError, OSError) as failure:
-            self.close(_receiving_failed(failure))
-
-    def _rearm(self) -> None:
-        if self.idle is not None:
-            self.idle.cancel()
+    def _rearm(self, after: float | None = None) -> None:
         if self.open:
-            self.idle = asyncio.get_running_loop().call_later(IDLE_S, self._close_if_idle)
+            self._idle = asyncio.get_running_loop().call_later(IDLE_S if after is None else after,
+                                                               self._close_if_idle)
 
     def _close_if_idle(self) -> None:
-        if not self.waiting:
+        idle_for = asyncio.get_running_loop().time() - self.active
+        if self.waiting or self.answering or idle_for < IDLE_S:
+            self._rearm(max(0.05, IDLE_S - idle_for))
+        else:
             self.close(None)
 
     def close(self, reason: str | None) -> None:
+        """Drop the connection: batches waiting fail (they go again later), batches being
+        answered are abandoned (their sender sends them again; the duplicates are
+        acknowledged), and the endpoint forgets it."""
         if not self.open:
             return
         self.open = False
@@ -249,74 +326,15 @@ class Outbound(Link):
         for answer in self.waiting.values():
             if not answer.done():
                 answer.set_exception(TransportError(reason or "The connection was closed."))
-        if self.idle is not None:
-            self.idle.cancel()
-        for task in (self.reading, self.pinging):
-            if task is not None and task is not asyncio.current_task():
+        if self._idle is not None:
+            self._idle.cancel()
+        for task in (*self._tasks, *self.answering):
+            if task is not asyncio.current_task():
                 task.cancel()
         # Aborted, not closed: a graceful TLS close waits for a peer that may be gone.
         self.writer.transport.abort()
         self.info.closed(reason)
-
-
-class Accepted(Link):
-    """A connection another endpoint dialled: DATA in, RECEIPTS out."""
-
-    def __init__(self, endpoint: TcpEndpoint, info: ConnectionInfo, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:
-        super().__init__(endpoint, info, reader, writer)
-        self.applying = asyncio.Lock()
-
-    async def serve(self) -> None:
-        self.identify()
-        try:
-            await self.hello()
-        except (TransportError, ProtocolError, OSError, TimeoutError) as failure:
-            refused(self.endpoint, self.info,
-                     failure.status if isinstance(failure, TransportError) else reason_of(failure))
-            return
-        answering: set[asyncio.Task[None]] = set()
-        # Batches being applied at once: a peer that floods waits to be read, so there is
-        # no unbounded backlog. A batch holds its slot while it is applied, not while what
-        # it forwards waits for other instances: reading goes on, and a routing loop
-        # ends by its hop count instead of filling every slot (forwarding is bounded by
-        # MESSAGE_FORWARD_SIZE).
-        slots = asyncio.Semaphore(ANSWERING_AT_ONCE)
-        try:
-            while True:
-                frames = await self.frames()
-                if not frames and self.reader.at_eof():
-                    return
-                for frame in frames:
-                    if isinstance(frame, Data):
-                        # Each batch is answered by a task of its own; local applies keep their order.
-                        self.info.total_fragments_received += len(frame.envelopes)
-                        await slots.acquire()
-                        task = asyncio.get_running_loop().create_task(self._answer(frame, slots))
-                        answering.add(task)
-                        task.add_done_callback(answering.discard)
-                    elif isinstance(frame, Ping):
-                        self.send(encode_pong(frame.token))
-                        await self.writer.drain()  # a peer that never reads stops being read
-                    elif isinstance(frame, ErrorFrame):
-                        self.info.closed(f"The remote endpoint closed the connection: {frame.text}")
-                        return
-        except (ProtocolError, OSError) as failure:
-            self.info.closed(f"The connection failed: {reason_of(failure)}")
-        finally:
-            for task in answering:
-                task.cancel()
-
-    async def _answer(self, batch: Data, slot: asyncio.Semaphore) -> None:
-        try:
-            receipts, forwards = await self.endpoint.apply_batch(batch, self.applying)
-        finally:
-            slot.release()
-        for forwarded in await asyncio.gather(*forwards):
-            receipts += forwarded
-        if not self.writer.is_closing():
-            self.send(encode_receipts(batch.batch_id, receipts), len(receipts))
-            await self.writer.drain()
+        self.endpoint.forget(self)
 
 
 def refused(endpoint: TcpEndpoint, info: ConnectionInfo, reason: str) -> None:

@@ -33,8 +33,8 @@ class ConnectionInfo:
     total_bytes_received: int = 0
     total_sends: int = 0  # frames written
     total_receives: int = 0  # frames read
-    total_fragments_sent: int = 0  # messages and fragments sent
-    total_fragments_received: int = 0  # messages and fragments received (receipts, on a connection it dialled)
+    total_fragments_sent: int = 0  # messages, fragments and receipts sent
+    total_fragments_received: int = 0  # messages, fragments and receipts received
     refusal: str | None = None  # why the connection was refused or failed
 
     def touched(self) -> None:

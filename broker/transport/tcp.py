@@ -22,9 +22,12 @@ in flight on it: those messages have no receipt and go again after a back-off; a
 the destination already committed is acknowledged again as duplicates. So a lost, cut
 or corrupted connection loses nothing and delivers nothing twice.
 
-Each direction has its own connection: an instance dials for what it sends and answers
-on what it accepts, so receipts and pings never queue behind its own bulk data. An
-outbound connection idle for ``links.IDLE_S`` is closed.
+Two instances share one connection, whichever dialled it (``links.Connection``): an
+endpoint sends on a connection its peer dialled when that peer said in its HELLO that it
+listens at the address a route names, and dials otherwise. Should both dial at once,
+each side sends on the connection the lower instance id dialled, and the other falls
+idle. Receipts and pings never queue behind bulk data. The side that dialled closes a
+connection no batch crossed for ``links.IDLE_S``.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import asyncio
 import concurrent.futures
 import itertools
 import logging
+import socket
 import ssl
 import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -44,7 +48,7 @@ from broker.conversations.frames import Delivery, MessageFrame, Receipt
 from broker.routing.addresses import TcpAddress
 from broker.storage.connection_states import ConnectionState, LoginState
 from broker.transport.batching import batches
-from broker.transport.links import HANDSHAKE_TIMEOUT_S, RECEIPT_TIMEOUT_S, Accepted, Outbound, reason_of, refused
+from broker.transport.links import HANDSHAKE_TIMEOUT_S, RECEIPT_TIMEOUT_S, Connection, reason_of, refused
 from broker.transport.records import ConnectionInfo, ForwardedMessage, forwarded_message
 from broker.transport.seam import Answer, TransportError, receipts_of
 from broker.transport.wire import (
@@ -97,7 +101,10 @@ class TcpEndpoint:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="broker-endpoint", daemon=True)
         self._server: asyncio.Server | None = None
-        self._outbound: dict[TcpAddress, Outbound] = {}
+        self._live: set[Connection] = set()  # open, logged in or logging in
+        self._peers: dict[str, list[Connection]] = {}  # logged in, by the peer's instance, oldest first
+        self._found_at: dict[TcpAddress, str] = {}  # the instance a route's address leads to
+        self._listening: dict[tuple[str, int], str] = {}  # where a peer that dialled in listens
         self._dialling: dict[TcpAddress, asyncio.Lock] = {}
         self._accepted: set[asyncio.Task[None]] = set()
         self._connections: list[ConnectionInfo] = []
@@ -192,7 +199,7 @@ class TcpEndpoint:
         a large message go one after another); the receipts, by the database that gave
         them. TransportError when no batch was answered."""
         answered: dict[str, list[Receipt]] = {}
-        connection: Outbound | None = None
+        connection: Connection | None = None
         for batch in batches(envelopes):
             try:
                 connection = connection or await self._connection(address)
@@ -247,30 +254,86 @@ class TcpEndpoint:
         return [WireReceipt(receipt, delivery.broker_instance) for delivery in deliveries
                 for receipt in delivery.receipts]
 
-    async def _connection(self, address: TcpAddress) -> Outbound:
+    async def _connection(self, address: TcpAddress) -> Connection:
+        """The connection to send to ``address`` on: the one its instance shares with
+        this one (dialled by either), else a new one."""
         lock = self._dialling.setdefault(address, asyncio.Lock())
         async with lock:
-            connection = self._outbound.get(address)
-            if connection is not None and connection.open:
-                return connection
-            info = self._track(ConnectionInfo(f"{address.host}:{address.port}", is_accept=False))
-            info.state = ConnectionState.CONNECTING
-            try:
-                reader, writer = await asyncio.wait_for(asyncio.open_connection(
-                    address.host, address.port, ssl=self.settings.client_context, server_hostname=address.host,
-                    ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S), CONNECT_TIMEOUT_S + HANDSHAKE_TIMEOUT_S)
-            except ssl.SSLError as failure:
-                raise self._failed(info, f"Connection handshake failed: {reason_of(failure)}") from None
-            except (OSError, TimeoutError) as failure:
-                raise self._failed(info, f"Connection attempt failed with error: '{reason_of(failure)}'.") from None
-            connection = Outbound(self, info, reader, writer)
-            try:
-                await connection.log_in()
-            except TransportError as failure:
-                info.closed(failure.status)
-                raise
-            self._outbound[address] = connection
-            return connection
+            peer = self._found_at.get(address) or await self._listener_at(address)
+            shared = self._shared_with(peer) if peer is not None else None
+            if peer is not None and shared is not None:
+                self._found_at[address] = peer
+                return shared
+            dialled = await self._dial(address)
+            assert dialled.peer is not None
+            self._found_at[address] = dialled.peer.instance_id
+            return self._shared_with(dialled.peer.instance_id) or dialled
+
+    async def _listener_at(self, address: TcpAddress) -> str | None:
+        """The instance that dialled in saying it listens at ``address``, if any."""
+        if not self._listening:
+            return None
+        try:
+            found = await asyncio.get_running_loop().getaddrinfo(address.host, address.port, type=socket.SOCK_STREAM)
+        except OSError:
+            return None
+        for *_, sockaddr in found:
+            peer = self._listening.get((str(sockaddr[0]), address.port))
+            if peer is not None:
+                return peer
+        return None
+
+    def _shared_with(self, peer: str) -> Connection | None:
+        """The connection to send to ``peer`` on: of the open ones, the one the lower
+        instance id dialled, the oldest of those, so that both ends choose the same one
+        when both dialled at once."""
+        connections = [c for c in self._peers.get(peer, ()) if c.open]
+        return min(connections, key=lambda c: c.dialler) if connections else None
+
+    async def _dial(self, address: TcpAddress) -> Connection:
+        info = self._track(ConnectionInfo(f"{address.host}:{address.port}", is_accept=False))
+        info.state = ConnectionState.CONNECTING
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(
+                address.host, address.port, ssl=self.settings.client_context, server_hostname=address.host,
+                ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S), CONNECT_TIMEOUT_S + HANDSHAKE_TIMEOUT_S)
+        except ssl.SSLError as failure:
+            raise self._failed(info, f"Connection handshake failed: {reason_of(failure)}") from None
+        except (OSError, TimeoutError) as failure:
+            raise self._failed(info, f"Connection attempt failed with error: '{reason_of(failure)}'.") from None
+        connection = Connection(self, info, reader, writer, dialled=True)
+        self._live.add(connection)
+        try:
+            await connection.log_in()
+        except TransportError as failure:
+            self._live.discard(connection)
+            raise self._failed(info, failure.status) from None
+        self._joined(connection)
+        return connection
+
+    def _joined(self, connection: Connection) -> None:
+        """A connection logged in: it carries this instance's batches for its peer from
+        now on, and, when the peer dialled, says where the peer listens."""
+        peer = connection.peer
+        assert peer is not None
+        self._peers.setdefault(peer.instance_id, []).append(connection)
+        if not connection.dialled and peer.listen_port:
+            self._listening[(peer.listen_host or connection.source_host, peer.listen_port)] = peer.instance_id
+
+    def forget(self, connection: Connection) -> None:
+        """A connection closed (``Connection.close``)."""
+        self._live.discard(connection)
+        if connection.peer is not None:
+            shared = self._peers.get(connection.peer.instance_id, [])
+            if connection in shared:
+                shared.remove(connection)
+
+    def listening_at(self) -> tuple[str, int]:
+        """Where this endpoint listens, as its HELLO says: its LISTENER_IP ("" for ALL)
+        and port (0 when it does not listen)."""
+        if self.settings.listen is None:
+            return "", 0
+        return self.settings.listen[0], self.port or 0
 
     def _failed(self, info: ConnectionInfo, status: str) -> TransportError:
         log.warning("endpoint %s: %s (%s)", self.settings.name, status, info.address)
@@ -307,13 +370,26 @@ class TcpEndpoint:
         assert tls is not None
         protocol.connection_made(tls)
         writer = asyncio.StreamWriter(tls, protocol, reader, loop)
+        connection = Connection(self, info, reader, writer, dialled=False, source_host=str(peer[0]))
+        self._live.add(connection)
         try:
-            await Accepted(self, info, reader, writer).serve()
+            await connection.log_in()
+        except TransportError as failure:
+            self._live.discard(connection)
+            self._accepted.discard(task)
+            refused(self, info, failure.status)
+            return
+        except asyncio.CancelledError:
+            connection.close(None)
+            self._accepted.discard(task)
+            return
+        self._joined(connection)
+        try:
+            await connection.serve()
         except asyncio.CancelledError:
             pass  # the endpoint is stopping
         finally:
             self._accepted.discard(task)
-            info.closed()
             await _closed(writer)
 
     async def apply_batch(
@@ -350,13 +426,13 @@ class TcpEndpoint:
     async def _close_all(self) -> None:
         if self._server is not None:
             self._server.close()
-        outbound = list(self._outbound.values())
-        for connection in outbound:
+        live = list(self._live)
+        for connection in live:
             connection.close(None)
         accepted = list(self._accepted)
         for task in accepted:
             task.cancel()
-        await asyncio.gather(*accepted, *(_closed(c.writer) for c in outbound), return_exceptions=True)
+        await asyncio.gather(*accepted, *(_closed(c.writer) for c in live), return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
         # Whatever is still under way (a delivery dialling out) ends now: its caller gets

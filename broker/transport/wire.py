@@ -85,6 +85,11 @@ class Hello(NamedTuple):
     endpoint: str  # the sender's endpoint name
     encryption: Encryption  # the sender's ENCRYPTION setting
     forwarding: bool  # MESSAGE_FORWARDING = ENABLED
+    # Where the sender listens, so that the side it dialled sends back on this connection
+    # instead of dialling another: its LISTENER_IP ("": ALL, take the connection's source
+    # address) and port (0: it does not listen).
+    listen_host: str = ""
+    listen_port: int = 0
 
 
 class Envelope(NamedTuple):
@@ -157,7 +162,8 @@ def encode_hello(hello: Hello) -> bytes:
     """A HELLO frame. The encoders trust their (typed) arguments: the decoder is the gate."""
     return _frame(FrameType.HELLO, {"version": hello.version, "instance": hello.instance_id,
                                     "endpoint": hello.endpoint, "encryption": hello.encryption,
-                                    "forwarding": hello.forwarding})
+                                    "forwarding": hello.forwarding, "listen_host": hello.listen_host,
+                                    "listen_port": hello.listen_port})
 
 
 def encode_data(batch_id: int, envelopes: Sequence[Envelope]) -> bytes:
@@ -356,7 +362,8 @@ def _wire_receipt(item: object) -> WireReceipt:
 
 def _hello(payload: object) -> Hello:
     # Keys a later version adds are ignored, so that its HELLO still decodes and the
-    # version check can answer it; a missing key is an error.
+    # version check can answer it; a missing key is an error, but for where the sender
+    # listens (an endpoint that does not say is reached by dialling it).
     if type(payload) is not dict:
         raise ProtocolError(f"a HELLO payload must be a map; got {_shown(payload)}")
     try:
@@ -370,7 +377,9 @@ def _hello(payload: object) -> Hello:
                  _text(instance, "the instance id", MAX_NAME, empty=False),
                  _text(endpoint, "the endpoint name", MAX_NAME, empty=False),
                  encryption,  # type: ignore[arg-type]  # one of _ENCRYPTIONS, checked above
-                 _flag(forwarding, "the forwarding flag"))
+                 _flag(forwarding, "the forwarding flag"),
+                 _text(payload.get("listen_host", ""), "the listener address", MAX_NAME),
+                 _integer(payload.get("listen_port", 0), "the listener port", 0, 0xFFFF))
 
 
 def _data(payload: object) -> Data:

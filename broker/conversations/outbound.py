@@ -20,7 +20,7 @@ instance, which now holds the dialog's target endpoint.
 from __future__ import annotations
 
 import uuid
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple, cast
@@ -171,20 +171,25 @@ def settle(ctx: TxContext, delivery: Delivery, sent: dict[int, OutboundMessage])
     acknowledged if any of them says so (the destination has it whole, or discarded
     it); else the last count of fragments held says where the next attempt starts, and
     the last receipt whether it is refused with a reason."""
-    answers: dict[int, list[Receipt]] = defaultdict(list)
+    acknowledged: dict[int, None] = {}  # in the order given
+    others: dict[int, list[Receipt]] = {}  # receipts that are not a plain acknowledgement
     for receipt in delivery.receipts:
-        if receipt.message_id in sent:
-            answers[receipt.message_id].append(receipt)
-    acknowledged = {i for i, receipts in answers.items() if any(r.acknowledged for r in receipts)}
-    gone = _forget(ctx, sorted(acknowledged), delivery.broker_instance)
-    for message_id, receipts in answers.items():
+        if receipt.message_id not in sent:
+            continue
+        if receipt.acknowledged:
+            acknowledged[receipt.message_id] = None
+        if not receipt.acknowledged or receipt.error is not None:
+            others.setdefault(receipt.message_id, []).append(receipt)
+    gone = _forget(ctx, list(acknowledged), delivery.broker_instance)
+    for message_id in gone:
+        message = sent[message_id]
+        if message.kind != "message":
+            endpoint = ep.find_endpoint(ctx, message.conversation_handle)
+            if endpoint is not None and endpoint.state == "DO":
+                ep.close_endpoint(ctx, endpoint)  # the far side has our EndDialog / Error
+    for message_id, receipts in others.items():
         message, last = sent[message_id], receipts[-1]
-        if message_id in acknowledged:
-            if message_id in gone and message.kind != "message":
-                endpoint = ep.find_endpoint(ctx, message.conversation_handle)
-                if endpoint is not None and endpoint.state == "DO":
-                    ep.close_endpoint(ctx, endpoint)  # the far side has our EndDialog / Error
-        else:
+        if message_id not in acknowledged:
             held = next((r.fragments_held for r in reversed(receipts) if r.fragments_held is not None), None)
             further = held is not None and _count_held(ctx, message, held, delivery.broker_instance)
             if last.fragments_held is None:

@@ -19,6 +19,7 @@ connection per database and process LISTENs and wakes this process's waiters.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -185,7 +186,7 @@ class Backend:
 
     def database_key(self, engine: Engine) -> str:
         """One key per database, shared by every engine of this process that opens it."""
-        return str(Path(engine.url.database or "").resolve())
+        return _resolved(engine.url.database or "")
 
     # -- runtimes ------------------------------------------------------------------------
 
@@ -531,3 +532,10 @@ def backend_for(engine: Engine) -> Backend:
 
 def sleep_until(deadline: float) -> None:
     time.sleep(max(0.0, min(deadline, time.monotonic() + 3600) - time.monotonic()))
+
+
+@functools.lru_cache(maxsize=256)
+def _resolved(path: str) -> str:
+    """``path`` made absolute, its links followed: once per path (a stat per component),
+    not at every transaction's begin."""
+    return str(Path(path).resolve())

@@ -60,7 +60,7 @@ READ_SIZE = 1 << 16
 PING_EVERY_S = 2.0  # while batches wait for receipts
 # What a receipt or a ping may queue behind in the socket's buffer, beside the DATA frame
 # being written: the next DATA batch waits until the buffer is below it.
-DATA_AHEAD_BYTES = 256 << 10
+DATA_AHEAD_BYTES = 1 << 20
 UNREAD_ANSWERS_BYTES = 16 << 20  # answers the peer leaves unread: past this, it is not read either
 ANSWERING_AT_ONCE = 8  # DATA batches of one connection being applied at once; more wait to be read
 SILENCE_S = 10.0  # a peer silent this long while batches wait has failed

@@ -59,7 +59,8 @@ def status(ctx: click.Context, watch: bool, interval: float, iterations: int | N
     --instance (and no --database) the same for each member database, after the
     instance's Service Broker endpoint and its connections to other instances (state,
     peer, messages and bytes each way, why a connection was refused), as the running
-    runtime last wrote them.
+    runtime last wrote them, and the messages awaiting delivery by next hop (the peer's
+    address the routes send them to now, this instance, or why none takes them).
 
     --watch redraws the screen in place on a terminal and prints one snapshot after
     another otherwise (one JSON object per line with --json).
@@ -170,6 +171,7 @@ def _summary(shown_url: str, db: broker.Broker) -> dict[str, Any]:
 
 def _instance_summary(shown_url: str, inst: broker.Instance) -> dict[str, Any]:
     """Every member's summary (each without its own time), under the instance's line."""
+    from broker.runtime.backlog import backlog_by_peer
     from broker.storage import schema as broker_schema
 
     now = datetime.now(UTC)
@@ -193,6 +195,7 @@ def _instance_summary(shown_url: str, inst: broker.Instance) -> dict[str, Any]:
         },
         "connections": [{column: row[column] for column in _CONNECTION_COLUMNS}
                         for row in inst.catalog("sys.dm_broker_connections")],
+        "backlog_by_peer": backlog_by_peer(inst.databases),
         "databases": members,
     }
 
@@ -215,6 +218,8 @@ def _instance_blocks(summary: dict[str, Any]) -> list[Block]:
                       f"{plural(len(summary['connections']), 'connection')} (as the running runtime last wrote them)")
         if summary["connections"]:
             blocks.append(Listing(summary["connections"], _CONNECTION_COLUMNS, "Connections"))
+    if summary["backlog_by_peer"]:
+        blocks.append(Listing(summary["backlog_by_peer"], ("peer", "count"), "Awaiting delivery, by next hop"))
     for member in summary["databases"]:
         blocks.append("")
         blocks.extend(_blocks({**member, "time": now}, member=member["name"]))

@@ -276,6 +276,29 @@ def test_broker_status_shows_the_endpoint_and_its_connections(pair: Pair) -> Non
         assert f"on 127.0.0.1:{pair.target.port}: STARTED" in text.output and "Connections" in text.output
 
 
+def test_broker_status_counts_the_backlog_by_next_hop(pair: Pair) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from cli.main import cli
+
+    trust_each_other(pair)
+    pair.begin()
+    pair.begin()  # no runtime: both wait in the initiator's transmission queue
+    url = pair.initiator.inst.msdb.engine.url.render_as_string(hide_password=False)
+    result = CliRunner().invoke(cli, ["--instance", url, "status", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["backlog_by_peer"] == [
+        {"peer": f"TCP://127.0.0.1:{pair.target.port}", "count": 2}]
+    text = CliRunner().invoke(cli, ["--instance", url, "status"]).output
+    assert "Awaiting delivery, by next hop" in text and f"TCP://127.0.0.1:{pair.target.port}" in text
+    with pair.initiator.inst.runtime(), pair.target.inst.runtime():
+        wait_until(lambda: not pair.initiator.held(), DEADLINE_S)
+    result = CliRunner().invoke(cli, ["--instance", url, "status", "--json"])
+    assert json.loads(result.output)["backlog_by_peer"] == []
+
+
 def test_an_endpoint_altered_while_its_runtime_runs_takes_effect(pair: Pair) -> None:
     stranger, _ = create_certificate("stranger")
     pair.initiator.endpoint([pair.target.certificate])

@@ -67,11 +67,15 @@ SILENCE_S = 10.0  # a peer silent this long while batches wait has failed
 INCOMPATIBLE = 59031
 
 
-class Link:
-    """What both ends of a connection share: the HELLOs, framing and counting."""
+class Connection:
+    """One connection between two endpoints, whichever dialled it: each side sends DATA
+    batches, each answered by a future of its RECEIPTS, and applies and answers the
+    other's. Receipts, pings and pongs are written at once; a DATA batch waits until at
+    most ``DATA_AHEAD_BYTES`` of the socket's buffer is still unsent, so what answers the
+    peer never queues behind more than that and the frame being written."""
 
     def __init__(self, endpoint: TcpEndpoint, info: ConnectionInfo, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:
+                 writer: asyncio.StreamWriter, *, dialled: bool, source_host: str = "") -> None:
         self.endpoint = endpoint
         self.info = info
         self.reader = reader
@@ -79,6 +83,25 @@ class Link:
         self.decoder = FrameDecoder()
         self.peer: Hello | None = None
         self.ahead: list[object] = []  # frames read with the peer's HELLO
+        loop = asyncio.get_running_loop()
+        self.dialled = dialled
+        self.source_host = source_host  # the peer's address, when it dialled
+        self.open = True
+        self.waiting: dict[int, asyncio.Future[tuple[WireReceipt, ...]]] = {}
+        self.answering: set[asyncio.Task[None]] = set()
+        self.applying = asyncio.Lock()  # the peer's batches apply one after another, in order
+        # Batches being applied at once: a peer that floods waits to be read, so there is
+        # no unbounded backlog. A batch holds its slot while it is applied, not while what
+        # it forwards waits for other instances: reading goes on, and a routing loop ends
+        # by its hop count instead of filling every slot (forwarding is bounded by
+        # MESSAGE_FORWARD_SIZE).
+        self._slots = asyncio.Semaphore(ANSWERING_AT_ONCE)
+        self._data_turn = asyncio.Lock()  # DATA goes out in the order it was requested
+        self.heard = loop.time()  # when the peer last sent anything
+        self.active = loop.time()  # when a batch last went either way
+        self._tasks: list[asyncio.Task[None]] = []
+        self._idle: asyncio.TimerHandle | None = None
+        writer.transport.set_write_buffer_limits(high=DATA_AHEAD_BYTES)
 
     def identify(self) -> None:
         """Record the peer's certificate and the cipher of a connection that shook hands."""
@@ -156,37 +179,6 @@ class Link:
         self.info.state = ConnectionState.LOGGED_IN
         self.info.login_state = LoginState.ONLINE
         self.info.login_time = datetime.now(UTC)
-
-
-class Connection(Link):
-    """One connection between two endpoints, whichever dialled it: each side sends DATA
-    batches, each answered by a future of its RECEIPTS, and applies and answers the
-    other's. Receipts, pings and pongs are written at once; a DATA batch waits until at
-    most ``DATA_AHEAD_BYTES`` of the socket's buffer is still unsent, so what answers the
-    peer never queues behind more than that and the frame being written."""
-
-    def __init__(self, endpoint: TcpEndpoint, info: ConnectionInfo, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter, *, dialled: bool, source_host: str = "") -> None:
-        super().__init__(endpoint, info, reader, writer)
-        loop = asyncio.get_running_loop()
-        self.dialled = dialled
-        self.source_host = source_host  # the peer's address, when it dialled
-        self.open = True
-        self.waiting: dict[int, asyncio.Future[tuple[WireReceipt, ...]]] = {}
-        self.answering: set[asyncio.Task[None]] = set()
-        self.applying = asyncio.Lock()  # the peer's batches apply one after another, in order
-        # Batches being applied at once: a peer that floods waits to be read, so there is
-        # no unbounded backlog. A batch holds its slot while it is applied, not while what
-        # it forwards waits for other instances: reading goes on, and a routing loop ends
-        # by its hop count instead of filling every slot (forwarding is bounded by
-        # MESSAGE_FORWARD_SIZE).
-        self._slots = asyncio.Semaphore(ANSWERING_AT_ONCE)
-        self._data_turn = asyncio.Lock()  # DATA goes out in the order it was requested
-        self.heard = loop.time()  # when the peer last sent anything
-        self.active = loop.time()  # when a batch last went either way
-        self._tasks: list[asyncio.Task[None]] = []
-        self._idle: asyncio.TimerHandle | None = None
-        writer.transport.set_write_buffer_limits(high=DATA_AHEAD_BYTES)
 
     @property
     def dialler(self) -> str:

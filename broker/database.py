@@ -14,6 +14,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session, sessionmaker
 
 from broker import arguments
+from broker.conversations import outbound
 from broker.conversations.messages import Message
 from broker.conversations.receiving import message_from_row
 from broker.ddl import database_options, objects, priorities, routes
@@ -415,12 +416,7 @@ class Broker:
         """The transmission queue counted by destination (``to_service_name``,
         ``to_broker_instance``) and ``transmission_status``, without reading bodies; in
         that order."""
-        def count(ctx: TxContext) -> list[dict[str, Any]]:
-            t = TransmissionQueueEntry
-            keys = (t.to_service_name, t.to_broker_instance, t.transmission_status)
-            rows = ctx.conn.execute(select(*keys, func.count().label("count")).group_by(*keys).order_by(*keys))
-            return [dict(row._mapping) for row in rows]
-        return self._read(count)
+        return self._read(outbound.destinations)
 
     def endpoint_states(self) -> list[tuple[str, str, int]]:
         """(state, state_desc, count) of the conversation endpoints, counted in the database."""

@@ -102,6 +102,15 @@ def due_messages(ctx: TxContext, limit: int, after: int = 0) -> list[OutboundMes
                     statement.all(ctx.conn, p_now=ctx.now(), p_limit=limit, p_after=after)))
 
 
+def destinations(ctx: TxContext) -> list[dict[str, Any]]:
+    """The transmission queue counted by destination (``to_service_name``,
+    ``to_broker_instance``) and ``transmission_status``, in that order, without reading
+    bodies. Reads only."""
+    keys = (_t.c.to_service_name, _t.c.to_broker_instance, _t.c.transmission_status)
+    rows = ctx.conn.execute(select(*keys, func.count().label("count")).group_by(*keys).order_by(*keys))
+    return [dict(row._mapping) for row in rows]
+
+
 def bound_services(ctx: TxContext) -> frozenset[str]:
     """The remote services this database has a remote service binding for (dialog
     security, spec 1.7)."""

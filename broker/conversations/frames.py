@@ -81,13 +81,19 @@ class Receipt(NamedTuple):
         return self.acknowledged or self.fragments_held is not None
 
 
+def in_one_fragment(frame: MessageFrame) -> bool:
+    """Whether ``frame``'s body fits in one fragment (most do: they go as they are)."""
+    return frame.body is None or len(frame.body) <= FRAGMENT_BYTES
+
+
 def fragments_of(frame: MessageFrame, start: int = 0) -> list[MessageFrame]:
     """The frames that carry ``frame`` to another instance, from its fragment ``start``
     on (what the destination does not hold yet): the frame itself when its body fits in
     one fragment. The last fragment always goes: it is the one that completes the message."""
     body = frame.body
-    if body is None or len(body) <= FRAGMENT_BYTES:
+    if in_one_fragment(frame):
         return [frame]
+    assert body is not None
     count = -(-len(body) // FRAGMENT_BYTES)
     return [frame._replace(body=body[k * FRAGMENT_BYTES:(k + 1) * FRAGMENT_BYTES], fragment=k, fragments=count)
             for k in range(min(start, count - 1), count)]

@@ -29,7 +29,7 @@ from sqlalchemy import Table, bindparam, case, delete, func, select, update
 
 from broker.conversations import endpoints as ep
 from broker.conversations.delivery import ERROR_RECEIVED, broker_error, retry_held
-from broker.conversations.frames import Delivery, Kind, MessageFrame, Receipt, fragments_of
+from broker.conversations.frames import Delivery, Kind, MessageFrame, Receipt, fragments_of, in_one_fragment
 from broker.conversations.scheduler import retry_delay
 from broker.storage.catalog import Catalog
 from broker.storage.context import TxContext
@@ -146,8 +146,10 @@ def frames_in_fragments(catalog: Catalog, messages: Sequence[OutboundMessage]) -
     whole: list[MessageFrame] = []
     parts: list[MessageFrame] = []
     for message, frame in zip(messages, frames_of(catalog, messages, None), strict=True):
-        pieces = fragments_of(frame, message.first_fragment(frame.to_broker))
-        (whole if pieces[0].fragments == 1 else parts).extend(pieces)
+        if in_one_fragment(frame):  # the hot path: no list per message
+            whole.append(frame)
+        else:
+            parts += fragments_of(frame, message.first_fragment(frame.to_broker))
     return whole + parts
 
 

@@ -9,8 +9,10 @@ sqlite3), e2e (two processes), depth (RECEIVE cost by queue depth), latency (WAI
 wake-up), between (two databases of one instance: delivery by the runtime against the
 batched SEND, commit-to-RECEIVE latency; ``bench/between_databases.py``),
 between-instances (the same between two instances over TCP with mutual TLS; its
-``--instances``). A missed target is printed as MISS; it never makes the command fail.
-See docs/benchmarks.md.
+``--instances``), postgresql (servicebroker on PostgreSQL against plain psycopg doing the
+same writes, and round trips per transaction; ``bench/postgres.py``, on the server of
+``--postgres-url``, skipped when it cannot be reached). A missed target is printed as
+MISS; it never makes the command fail. See docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from bench import between_databases, e2e, latency, report, scenarios, throughput
 from bench.common import BODY_SIZE, scratch_dir
 from bench.peers import installed
 
-SECTIONS = ("throughput", "e2e", "depth", "latency", "between", "between-instances")
+SECTIONS = ("throughput", "e2e", "depth", "latency", "between", "between-instances", "postgresql")
 BETWEEN_KEYS = ("between", "between_instances")  # where the two between sections keep their results
 PACKAGES = ("servicebroker", "sqlalchemy", "persist-queue", "huey", "litequeue")
 
@@ -59,6 +61,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="messages per delivery between databases or instances (default 10000)")
     parser.add_argument("--between-samples", type=int,
                         help="commit-to-RECEIVE samples per setup between databases or instances (default 300)")
+    parser.add_argument("--postgres-url", default="postgresql+psycopg://root@127.0.0.1:5432/test",
+                        help="a database on the server of the postgresql section (its databases are made beside it)")
     parser.add_argument("--json", metavar="PATH", help="write every figure and sample as JSON")
     parser.add_argument("--markdown", metavar="PATH", help="write the tables as markdown ('-' for stdout)")
     parser.add_argument("--from-json", metavar="PATH", help="do not measure: render a saved --json file")
@@ -196,6 +200,30 @@ def run_between_instances(args: argparse.Namespace, results: dict[str, Any], log
                                                          args.between_samples, log, instances=True)
 
 
+def run_postgresql(args: argparse.Namespace, results: dict[str, Any], log: Any) -> None:
+    try:
+        from bench import postgres  # needs psycopg: pip install -e '.[postgres]'
+
+        postgres.reachable(args.postgres_url)
+    except (ImportError, OSError) as exc:
+        log(f"postgresql section skipped: {exc}")
+        return
+    settings = postgres.Settings(args.postgres_url, args.runs, args.single_n, postgres.GROUPS, postgres.PER_GROUP)
+    results["postgresql"] = postgres.run(settings, log)
+
+
+def print_postgresql(results: dict[str, Any], console: Console) -> None:
+    from bench import postgres
+
+    postgres.print_rich(results["postgresql"], console)
+
+
+def markdown_postgresql(results: dict[str, Any]) -> str:
+    from bench import postgres
+
+    return "\n" + postgres.markdown(results["postgresql"])
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     console = Console() if sys.stdout.isatty() else Console(width=150)
@@ -210,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
             "latency_samples": args.latency_samples, "between_n": args.between_n,
             "between_samples": args.between_samples, "sections": args.sections, "quick": args.quick}}
         steps = {"throughput": run_throughput, "e2e": run_e2e, "depth": run_depth, "latency": run_latency,
-                 "between": run_between, "between-instances": run_between_instances}
+                 "between": run_between, "between-instances": run_between_instances,
+                 "postgresql": run_postgresql}
         for section in args.sections:
             steps[section](args, results, status.log)
         results["elapsed_seconds"] = round(time.perf_counter() - started, 1)
@@ -220,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     for key in BETWEEN_KEYS:
         if key in results:
             between_databases.print_rich(results[key], console)
+    if "postgresql" in results:
+        print_postgresql(results, console)
     if "elapsed_seconds" in results:
         console.print(f"total time {results['elapsed_seconds']:.0f} s")
     if args.json:
@@ -229,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
         for key in BETWEEN_KEYS:
             if key in results:
                 text += "\n" + between_databases.markdown(results[key])
+        if "postgresql" in results:
+            text += markdown_postgresql(results)
         if args.markdown == "-":
             sys.stdout.write(text)
         else:

@@ -41,6 +41,7 @@ from bench.common import Summary, body, counter_of, scratch_dir
 
 QUEUE, TARGET, INITIATOR = "Target", "//bench/Target", "//bench/Initiator"
 FILL_PER_TRANSACTION = 500
+GROUPS_DEFAULT, PER_GROUP_DEFAULT = 400, 10
 
 
 @contextmanager
@@ -63,15 +64,20 @@ def fresh_database(backend: str, postgres_url: str) -> Iterator[str]:
         admin.dispose()
 
 
-def fill(url: str, groups: int, per_group: int) -> None:
-    """``groups`` dialogs with ``per_group`` messages each, counters 0.. in send order."""
-    db = broker.connect(url)
+def dialogs(db: broker.Broker, count: int) -> list[Any]:
+    """The target queue and both services made, then ``count`` dialogs begun: their handles."""
     db.create_queue(QUEUE)
     db.create_queue("Initiator")
     db.create_service(TARGET, QUEUE, ["DEFAULT"])
     db.create_service(INITIATOR, "Initiator")
     with db.transaction() as tx:
-        handles = [tx.begin_dialog(INITIATOR, TARGET) for _ in range(groups)]
+        return [tx.begin_dialog(INITIATOR, TARGET) for _ in range(count)]
+
+
+def fill(url: str, groups: int, per_group: int) -> None:
+    """``groups`` dialogs with ``per_group`` messages each, counters 0.. in send order."""
+    db = broker.connect(url)
+    handles = dialogs(db, groups)
     counter = 0
     for _ in range(per_group):
         for start in range(0, groups, FILL_PER_TRANSACTION):
@@ -98,7 +104,7 @@ def reader(url: str, top: int, work_s: float, ready: Any, go: Event, results: An
         if not got:
             break
         last = time.time_ns()
-        counters.extend(counter_of(m.message_body) for m in got)
+        counters.extend(counter_of(m.message_body or b"") for m in got)
     db.dispose()
     results.put((counters, last))
 
@@ -122,7 +128,7 @@ def measure(url: str, readers: int, top: int, work_ms: float, expected: int) -> 
     if counters != list(range(expected)):
         raise SystemExit(f"lost or duplicated messages with {readers} readers")
     finished = max(last for _, last in outcomes)
-    return expected / ((finished - started) / 1e9)
+    return float(expected / ((finished - started) / 1e9))
 
 
 def run(args: argparse.Namespace, console: Console) -> dict[tuple[str, float, int], Summary]:
@@ -161,8 +167,8 @@ def main() -> None:
     parser.add_argument("--backends", default="postgresql,sqlite", type=lambda v: v.split(","))
     parser.add_argument("--readers", default="1,2,4,8", type=lambda v: [int(x) for x in v.split(",")])
     parser.add_argument("--work-ms", default="0,5", type=lambda v: [float(x) for x in v.split(",")])
-    parser.add_argument("--groups", type=int, default=400)
-    parser.add_argument("--per-group", type=int, default=10)
+    parser.add_argument("--groups", type=int, default=GROUPS_DEFAULT)
+    parser.add_argument("--per-group", type=int, default=PER_GROUP_DEFAULT)
     parser.add_argument("--top", type=int, default=10)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--postgres-url", default="postgresql+psycopg://root@127.0.0.1:5432/test",

@@ -97,18 +97,23 @@ class Broker:
         transaction starts with ``BEGIN IMMEDIATE`` like the broker's own.
         """
         tx = Transaction(self._state, session=session, connection=connection)
-        joined = session is not None or connection is not None
-        try:
+        with _ended(tx, joined=session is not None or connection is not None):
             yield tx
-        except BaseException:
-            if not joined:
-                tx.rollback()
-            raise
-        else:
-            if not joined:
-                tx.commit()
-        finally:
-            tx.close()
+
+    @contextmanager
+    def snapshot(self) -> Iterator[Transaction]:
+        """A transaction that only reads, on the last committed state of the database.
+
+        It takes no lock and never waits for a writer: on SQLite a deferred read on WAL's
+        snapshot (a write transaction open meanwhile, even one in a WAITFOR, does not
+        hold it up); on PostgreSQL REPEATABLE READ, READ ONLY. It sees only committed
+        data, as of its first read. Verbs that change anything (SEND, RECEIVE, DDL ...)
+        are refused with 3906; ``tx.read(verb)``, ``tx.query(sql)`` and
+        ``get_transmission_status`` read.
+        """
+        tx = Transaction(self._state, snapshot=True)
+        with _ended(tx, joined=False):
+            yield tx
 
     def _ddl(self, verb: Callable[[TxContext], T]) -> T:
         with self.transaction() as tx:
@@ -438,8 +443,8 @@ class Broker:
         return self._state.backend.catalog_view(view)
 
     def _read(self, verb: Callable[[TxContext], T]) -> T:
-        with self.transaction() as tx:
-            return tx.run(verb)
+        with self.snapshot() as tx:
+            return tx.read(verb)
 
     # -- the runtime ---------------------------------------------------------------------
 
@@ -462,6 +467,23 @@ class Broker:
 
     def __repr__(self) -> str:
         return f"<Broker {self.engine.url.render_as_string(hide_password=True)}>"
+
+
+@contextmanager
+def _ended(tx: Transaction, *, joined: bool) -> Iterator[None]:
+    """Commit ``tx`` when the block ends, roll it back on an exception; a transaction
+    joined to the caller's is left to the caller."""
+    try:
+        yield
+    except BaseException:
+        if not joined:
+            tx.rollback()
+        raise
+    else:
+        if not joined:
+            tx.commit()
+    finally:
+        tx.close()
 
 
 def _queue_table(ctx: TxContext, queue: str) -> Table:

@@ -38,7 +38,7 @@ from broker.runtime.instance import InstanceRuntime
 from broker.runtime.runner import DEFAULT_POLL_S
 from broker.storage.context import TxContext
 from broker.storage.models import InstanceDatabase
-from broker.storage.served import run_in
+from broker.storage.served import read_in, run_in
 
 log = logging.getLogger("broker")
 FIRST_DATABASE_ID = 5  # SQL Server's system databases take 1 to 4 (msdb is 4)
@@ -143,7 +143,7 @@ class Instance:
     @property
     def databases(self) -> dict[str, Broker]:
         """Every member database, by name."""
-        names = run_in(self.msdb, 
+        names = read_in(self.msdb, 
             lambda ctx: list(ctx.conn.execute(select(_members.c.name).order_by(_members.c.database_id)).scalars()))
         return {name: self.database(name) for name in names}
 
@@ -173,7 +173,7 @@ class Instance:
         instance's routes)."""
         view = endpoint_views.instance_view(arguments.text(name, "catalog view name"))
         if view is not None:
-            return run_in(self.msdb, lambda ctx: endpoint_views.view_rows(ctx, view, where))
+            return read_in(self.msdb, lambda ctx: endpoint_views.view_rows(ctx, view, where))
         if name.lower() in ("sys.databases", "databases"):
             rows = [{**db.catalog("sys.databases")[0], "name": member, "database_id": number}
                     for number, (member, db) in enumerate(self.databases.items(), FIRST_DATABASE_ID)]
@@ -224,7 +224,7 @@ class Instance:
 
     def endpoint_config(self) -> EndpointConfig | None:
         """The instance's Service Broker endpoint as its runtime serves it (None if none)."""
-        return run_in(self.msdb, endpoints.endpoint_config)
+        return read_in(self.msdb, endpoints.endpoint_config)
 
     # -- the runtime ---------------------------------------------------------------------
 
@@ -262,7 +262,7 @@ class Instance:
                                     f"because there is already an enabled Service Broker ('{twin}') with the same ID.")
 
     def _row(self, name: str) -> Any:
-        return run_in(self.msdb, 
+        return read_in(self.msdb, 
             lambda ctx: ctx.conn.execute(select(_members).where(_members.c.name == name)).first())
 
     def _join_as_mirror(self, database: Broker, me: uuid.UUID, name: str) -> None:
@@ -284,7 +284,7 @@ class Instance:
             columns = (_members.c.name, _members.c.mirroring_role, _members.c.mirroring_guid)
             return ctx.catalog.broker_guid, list(ctx.conn.execute(select(*columns).order_by(_members.c.database_id)))
 
-        me, rows = run_in(self.msdb, read)
+        me, rows = read_in(self.msdb, read)
         members = []
         for row in rows:
             database = self.database(row.name)

@@ -28,6 +28,7 @@ from broker.errors import BrokerError, InvalidArgumentError
 from broker.storage import pending
 from broker.storage.context import TxContext
 from broker.storage.driver_errors import as_broker_error
+from broker.storage.group_commit import Member, end_transaction
 from broker.storage.queue_tables import queue_table
 
 if TYPE_CHECKING:
@@ -41,11 +42,16 @@ class Transaction:
     """Broker verbs inside one database transaction (see ``Broker.transaction``)."""
 
     def __init__(self, state: DatabaseState, *, session: Session | None = None,
-                 connection: Connection | None = None) -> None:
+                 connection: Connection | None = None, snapshot: bool = False) -> None:
         self._state = state
+        # Reads only, on the last committed state, without the write lock (``Broker.snapshot``).
+        self._snapshot = snapshot
         self._session = session
         self._joined = connection if connection is not None else None
         self._owned: Connection | None = None
+        # The place of this transaction in its database's group commit (SQLite), while it
+        # runs: then ``_owned`` is the group's connection, not one of this thread's.
+        self._member: Member | None = None
         self._ctx: TxContext | None = None
         self._doomed = False
         # Whether this transaction has written: until then a WAITFOR may release the
@@ -163,7 +169,12 @@ class Transaction:
         """Run ``verb`` in this transaction (used by the database object's DDL methods)."""
         return self._write(verb)
 
+    def read(self, verb: Callable[[TxContext], T]) -> T:
+        """Run ``verb``, which only reads, in this transaction (a snapshot's too)."""
+        return self._call(verb)
+
     def _write(self, verb: Callable[[TxContext], T]) -> T:
+        self._refuse_in_snapshot()
         result = self._call(verb)
         self._wrote = True
         return result
@@ -188,7 +199,13 @@ class Transaction:
         watcher = getattr(self._state.receive_watch, "watcher", None)
         return call() if watcher is None else watcher(queue, unfiltered, call)
 
+    def _refuse_in_snapshot(self) -> None:
+        if self._snapshot:
+            raise BrokerError(3906, "Failed to update database because the database is read-only. "
+                                    "(a snapshot only reads: use db.transaction() to change anything)")
+
     def _waitfor(self, queue: str, timeout: float | None, attempt: Callable[[TxContext], T], empty: T) -> T:
+        self._refuse_in_snapshot()  # RECEIVE and GET CONVERSATION GROUP take and lock
         if timeout is None or timeout == 0:
             return self._call(attempt)
         deadline = float("inf") if timeout == FOREVER else time.monotonic() + timeout
@@ -225,28 +242,44 @@ class Transaction:
         if self._wrote or self._owned is None:
             backend.wait_holding(notifier, queue.id, seen, deadline)
             return
-        conn = self._owned
-        self._end(conn, commit=False)  # nothing written yet: release the locks while waiting
+        # Nothing written yet: release the locks while waiting, and watch for commits on
+        # a connection of this thread's (a group's connection goes on with others' work).
+        member, conn = self._member, self._owned
         self._ctx = None
-        backend.wait_released(notifier, queue.id, seen, deadline, conn, queue_table(queue.table_name).name,
-                              ctx.catalog.version)
+        if member is not None:
+            self._member, self._owned = None, None
+            self._state.group.rollback(member)  # type: ignore[union-attr]
+            conn = self._state.checkout()
+        else:
+            self._end(conn, commit=False)
+        try:
+            backend.wait_released(notifier, queue.id, seen, deadline, conn, queue_table(queue.table_name).name,
+                                  ctx.catalog.version)
+        finally:
+            if member is not None:
+                self._state.checkin(conn)
 
     def _context(self) -> TxContext:
         if self._ctx is None:
             conn = self._connection()
             kept = pending.pending(conn)
             owned = conn is self._owned
-            if not conn.in_transaction():
+            if self._member is not None:  # the group began the transaction (or this one's savepoint)
+                kept.begin(self._state.backend.data_version(conn))
+            elif not conn.in_transaction():
                 # Begin before any prepared statement runs on the driver's cursor: on
                 # the broker's own connection the backend may begin on the driver itself
                 # (BEGIN IMMEDIATE on SQLite), else through SQLAlchemy.
-                if not (owned and self._state.backend.begin_on_driver(conn)):
+                if self._snapshot:
+                    self._state.backend.begin_snapshot(conn)
+                elif not (owned and self._state.backend.begin_on_driver(conn)):
                     conn.begin()
                 # Only a connection of the broker's own is known to run nothing else
                 # between its transactions: what it kept from the last one may be reused.
                 kept.begin(self._state.backend.data_version(conn) if owned else None)
             self._ctx = TxContext(conn, self._state, self._state.catalog_for(conn, kept.catalog_version), kept,
-                                  changes_at_begin=self._state.backend.changes(conn) if owned else None)
+                                  changes_at_begin=self._state.backend.changes(conn) if owned else None,
+                                  snapshot=self._snapshot)
         return self._ctx
 
     def _connection(self) -> Connection:
@@ -259,7 +292,12 @@ class Transaction:
             event.listen(self._session, "after_commit", self._notify_after_session_commit, once=True)
             return self._joined
         if self._owned is None:
-            self._owned = self._state.checkout()
+            group = self._state.group
+            if group is not None and not self._snapshot:
+                self._member = group.join()
+                self._owned = self._member.conn
+            else:
+                self._owned = self._state.checkout()
         return self._owned
 
     # -- ending ------------------------------------------------------------------------
@@ -274,26 +312,41 @@ class Transaction:
         if self._owned is not None:
             backend, owned = self._state.backend, self._owned
             try:
-                self._end(owned, commit=True)
+                if self._member is not None:
+                    member, self._member, self._owned = self._member, None, None
+                    pending.flush(owned)
+                    # Read now: other members run on the connection once the turn passes.
+                    changes = backend.changes(owned)
+                    if ctx is not None:  # current for the next member; dropped if the group's commit fails
+                        ctx.kept.committed(ctx.catalog.version)
+                    self._state.group.commit(member, catalog_changed=ctx is not None and ctx.changed_catalog)  # type: ignore[union-attr]
+                else:
+                    self._end(owned, commit=True)
+                    changes = backend.changes(owned)
+                    if ctx is not None:
+                        ctx.kept.committed(ctx.catalog.version)
             except self._state.database_errors as exc:
                 raise as_broker_error(exc) from exc
             if ctx is not None:
-                ctx.kept.committed(ctx.catalog.version)
                 # A transaction that wrote nothing (a look), or that the transmitter wrote
                 # (``TxContext.quiet``), wakes no one unless it touched a queue: a runtime
                 # woken by its own passes would pass again at once, for ever.
                 before = ctx.changes_at_begin
-                changed = bool(touched) or not ctx.quiet and (before is None or backend.changes(owned) != before)
+                changed = bool(touched) or not ctx.quiet and (before is None or changes != before)
         self._ctx = None
         if changed:
             self._state.notifier.notify(touched)
 
     def rollback(self) -> None:
         received = self._ctx.received_queues if self._ctx is not None else set()
-        if self._owned is not None:
-            self._end(self._owned, commit=False)
+        owned = self._owned
+        if self._member is not None:
+            member, self._member, self._owned = self._member, None, None
+            self._state.group.rollback(member)  # type: ignore[union-attr]
+        elif owned is not None:
+            self._end(owned, commit=False)
         self._ctx = None
-        if received and self._owned is not None:
+        if received and owned is not None:
             self._count_poison_rollback(received)
 
     def _count_poison_rollback(self, queue_ids: set[int]) -> None:
@@ -312,42 +365,16 @@ class Transaction:
             self._state.events.emit(events.BROKER_QUEUE_DISABLED, queue=name)
 
     def _end(self, conn: Connection, *, commit: bool) -> None:
-        """Commit or roll back the broker's own connection (``_end_on``), then give back
-        its turn at the write lock."""
+        """Commit or roll back the broker's own connection (``end_transaction``), then
+        give back the write lock."""
         try:
-            self._end_on(conn, commit=commit)
+            end_transaction(conn, commit=commit)
         finally:
-            self._state.backend.ended(conn)
-
-    @staticmethod
-    def _end_on(conn: Connection, *, commit: bool) -> None:
-        """Commit or roll back the broker's own connection, wherever its transaction began.
-
-        One begun on the driver (``Backend.begin_on_driver``) that SQLAlchemy never saw
-        ends on the driver, after the held-back writes (``broker.storage.pending``); once any
-        SQLAlchemy statement has run, SQLAlchemy has joined it and ends it.
-        """
-        if conn.in_transaction():
-            if commit:
-                conn.commit()
-            else:
-                conn.rollback()
-            return
-        driver = conn.connection.dbapi_connection
-        assert driver is not None  # a checked-out connection always has one
-        if commit:
-            try:
-                pending.flush(conn)
-                driver.commit()
-            except BaseException:
-                driver.rollback()
-                pending.discard(conn)
-                raise
-        else:
-            driver.rollback()
-            pending.discard(conn)
+            self._state.backend.ended(conn, wrote=commit)
 
     def close(self) -> None:
+        if self._member is not None:  # neither committed nor rolled back (a failed begin): undo it
+            self.rollback()
         if self._owned is not None:
             self._state.checkin(self._owned)
             self._owned = None
@@ -371,12 +398,18 @@ class Transaction:
         (none for a statement that returns no rows).
 
         A statement the database refuses dooms the transaction, as any database failure
-        inside a verb does (PostgreSQL aborts the transaction anyway).
+        inside a verb does (PostgreSQL aborts the transaction anyway). In a snapshot
+        (``Broker.snapshot``) a statement that writes is refused with 3906 and dooms it.
         """
         statement = arguments.text(sql, "SQL statement", empty=False)
         self._wrote = True
         def run(ctx: TxContext) -> list[dict[str, Any]]:
             result = ctx.conn.execute(text(statement), params)
-            return [dict(row) for row in result.mappings()] if result.returns_rows else []
+            rows = [dict(row) for row in result.mappings()] if result.returns_rows else []
+            if self._snapshot and self._state.backend.changes(ctx.conn) != ctx.changes_at_begin:
+                # SQLite cannot be told to refuse it beforehand (PostgreSQL's READ ONLY does).
+                self._doomed = True
+                self._refuse_in_snapshot()
+            return rows
 
         return self._call(run)

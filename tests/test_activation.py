@@ -18,11 +18,13 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import activation_procs
 import pytest
 from click.testing import CliRunner, Result
+from instance_processes import BROKER
 from sqlalchemy import insert, text
 from support import (
     CONTRACT,
@@ -43,9 +45,11 @@ from broker import events
 from broker.runtime import activation
 from broker.runtime.runner import Runtime
 from broker.storage.models import ActivatedTask
+from broker.storage.postgres_backend import RUNTIME_LOCKS
 from cli.main import cli
 
 FEW_S = 0.2
+TESTS = Path(__file__).resolve().parent
 
 
 @pytest.fixture(autouse=True)
@@ -170,12 +174,12 @@ def test_internal_activation_tutorial(tutorial: broker.Broker, runtime: Runtime)
 
 
 def assert_spid_of_a_running_runtime(db: broker.Broker, spid: int) -> None:
-    """SQLite: the runtime's process id. PostgreSQL: a session the server has (the
-    runtime's own, since runtimes may run on other hosts)."""
+    """SQLite: the runtime's process id. PostgreSQL: a number whose advisory lock a
+    session holds (the runtime's own, since runtimes may run on other hosts)."""
     if db.engine.dialect.name == "sqlite":
         assert spid == os.getpid()
         return
-    assert _session_count(db, spid) == 1
+    assert _holders(db, spid) == 1
 
 
 def ended_and_live_session(db: broker.Broker, stack: ExitStack) -> tuple[int, int]:
@@ -184,22 +188,21 @@ def ended_and_live_session(db: broker.Broker, stack: ExitStack) -> tuple[int, in
         ended = subprocess.Popen([sys.executable, "-c", "pass"])
         ended.wait()
         return ended.pid, os.getppid()
-    pid_sql = text("SELECT pg_backend_pid()")
-    live = stack.enter_context(db.engine.connect())
-    live_pid = live.execute(pid_sql).scalar_one()
-    gone = db.engine.raw_connection()
-    gone.detach()  # closed for good, not handed back to the pool
-    cursor = gone.cursor()
-    cursor.execute("SELECT pg_backend_pid()")
-    ended_pid = cursor.fetchone()[0]
-    gone.close()
-    wait_until(lambda: _session_count(db, ended_pid) == 0)
-    return ended_pid, live_pid
+    backend = db.state.backend
+    live = stack.enter_context(backend.session(db.engine))
+    with backend.session(db.engine) as ended:
+        assert _holders(db, ended) == 1
+    wait_until(lambda: _holders(db, ended) == 0)
+    return ended, live
 
 
-def _session_count(db: broker.Broker, pid: int) -> int:
+def _holders(db: broker.Broker, spid: int) -> int:
+    """Sessions holding the runtime lock of ``spid`` (PostgreSQL)."""
     with db.engine.connect() as conn:
-        return int(conn.execute(text("SELECT count(*) FROM pg_stat_activity WHERE pid = :p"), {"p": pid}).scalar_one())
+        return int(conn.execute(text(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2"
+            " AND classid::bigint = :namespace AND objid::bigint = :spid"),
+            {"namespace": RUNTIME_LOCKS, "spid": spid}).scalar_one())
 
 
 def test_task_rows_of_ended_runtimes_are_removed_when_a_runtime_starts(tutorial: broker.Broker) -> None:
@@ -214,6 +217,30 @@ def test_task_rows_of_ended_runtimes_are_removed_when_a_runtime_starts(tutorial:
         with tutorial.runtime(poll_interval=0.05):
             wait_until(lambda: len(tasks(tutorial)) == 1)
         assert [row["spid"] for row in tasks(tutorial)] == [live]  # a live runtime keeps its row
+
+
+def test_task_rows_of_a_killed_runtime_process_are_removed(tutorial: broker.Broker, tmp_path: Path) -> None:
+    """``broker run`` killed with SIGKILL while its reader runs leaves the reader's task
+    row; the next runtime to start removes it (PostgreSQL: the killed process's session,
+    and with it its advisory lock, ends with the process)."""
+    activate(tutorial)  # target_proc waits for its gate, which stays shut in the child
+    open_dialog(tutorial)
+    log = tmp_path / "run.log"
+    environment = {**os.environ,
+                   "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))}
+    url = tutorial.engine.url.render_as_string(hide_password=False)
+    with log.open("wb") as out:
+        child = subprocess.Popen([str(BROKER), "--db", url, "run", "--poll", "0.05"], env=environment,
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=out)
+    try:
+        [task] = wait_until(lambda: tasks(tutorial), timeout=30)  # type: ignore[misc]
+    finally:
+        child.kill()
+        child.wait()
+    assert [row["spid"] for row in tasks(tutorial)] == [task["spid"]], log.read_text()
+    activate(tutorial, status=False)  # the next runtime starts no reader of its own
+    with tutorial.runtime(poll_interval=0.05):
+        wait_until(lambda: not tasks(tutorial))
 
 
 def test_max_queue_readers_is_never_exceeded(tutorial: broker.Broker, runtime: Runtime) -> None:

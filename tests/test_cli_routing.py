@@ -44,6 +44,9 @@ REQUEST, REPLY, CONTRACT = BETWEEN_REQUEST, BETWEEN_REPLY, BETWEEN_CONTRACT
 TARGET_SERVICE, INITIATOR_SERVICE = BETWEEN_TARGET_SERVICE, BETWEEN_INITIATOR_SERVICE
 TARGET_QUEUE, INITIATOR_QUEUE = BETWEEN_TARGET_QUEUE, BETWEEN_INITIATOR_QUEUE
 
+# Each SQLite database and its write lock's file (``broker.storage.write_lock``).
+DEMO_FILES = {name + suffix for name in ("InitiatorDB.db", "TargetDB.db", "instance.db") for suffix in ("", "-lock")}
+
 
 @pytest.fixture
 def run(db_url: str) -> Run:
@@ -391,7 +394,7 @@ def test_demo_between_databases_in_an_empty_directory(tmp_path: Path) -> None:
         return process.stdout
 
     first = demo()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["InitiatorDB.db", "TargetDB.db", "instance.db"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(DEMO_FILES)
     assert first.startswith('Tutorial "Completing a Conversation Between Databases" in the instance '
                             "sqlite:///instance.db\n")
     for step in range(1, 9):
@@ -427,14 +430,14 @@ def test_demo_between_databases_options(tmp_path: Path) -> None:
                                  "--folder", str(folder)])
     assert played.exit_code == 0, played.stderr
     assert f"sqlite:///{folder / 'instance.db'}" in played.stdout
-    assert {p.name for p in folder.iterdir()} == {"InitiatorDB.db", "TargetDB.db", "instance.db"}
+    assert {p.name for p in folder.iterdir()} == DEMO_FILES
     assert not (tmp_path / "unused.db").exists()
 
     # without --folder: next to the --db file
     nextdoor = tmp_path / "nextdoor"
     nextdoor.mkdir()
     runner.invoke(cli, ["--db", f"sqlite:///{nextdoor / 'app.db'}", "demo", "--between-databases"])
-    assert {p.name for p in nextdoor.iterdir()} == {"InitiatorDB.db", "TargetDB.db", "instance.db"}
+    assert {p.name for p in nextdoor.iterdir()} == DEMO_FILES
 
     alone = runner.invoke(cli, ["--db", f"sqlite:///{tmp_path / 'x.db'}", "demo", "--folder", str(folder)])
     assert alone.exit_code == 2 and "--folder goes with --between-databases" in alone.stderr

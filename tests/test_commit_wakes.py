@@ -1,5 +1,5 @@
 """Which commits wake the runtime's watchers, and threads' turns at SQLite's write lock
-(``storage.backends.write_turn``)."""
+(``storage.write_lock``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import uuid
 from support import CONTRACT, INITIATOR_SERVICE, REQUEST, TARGET_QUEUE, TARGET_SERVICE, sqlite_only, wait_until
 
 import broker
-from broker.storage.backends import write_turn
 from broker.storage.waiting import ANY_QUEUE
+from broker.storage.write_lock import write_lock
 
 pytestmark = sqlite_only  # what is measured is SQLite's: its driver's change count, its one write lock
 
@@ -51,7 +51,7 @@ def test_a_quiet_transaction_wakes_no_one_unless_it_touched_a_queue(tutorial: br
 
 
 def test_a_transaction_holds_its_turn_at_the_write_lock_until_it_ends(tutorial: broker.Broker) -> None:
-    turn = write_turn(tutorial.state.backend.database_key(tutorial.engine))
+    turn = write_lock(tutorial.state.backend.database_key(tutorial.engine))
     assert not turn.locked()
     with tutorial.transaction() as tx:
         tx.begin_dialog(INITIATOR_SERVICE, TARGET_SERVICE, CONTRACT)
@@ -71,7 +71,7 @@ def test_a_transaction_holds_its_turn_at_the_write_lock_until_it_ends(tutorial: 
 
 
 def test_threads_wait_for_their_turn_and_each_gets_it(tutorial: broker.Broker) -> None:
-    turn = write_turn(tutorial.state.backend.database_key(tutorial.engine))
+    turn = write_lock(tutorial.state.backend.database_key(tutorial.engine))
     began, finish = threading.Event(), threading.Event()
     done: list[uuid.UUID] = []
 

@@ -206,10 +206,13 @@ def test_conversations_spread_over_two_target_instances_and_stay_where_first_ack
         """The bodies in each target's queue, by target database and conversation id."""
         by_target: dict[str, dict[uuid.UUID, list[bytes | None]]] = {}
         for target, guid in zip(targets, guids, strict=True):
+            # The rows first: an endpoint arriving after them is read too, one after them
+            # would be missing from the endpoints read first (two reads, two snapshots).
+            rows = target.db.queue_rows(BETWEEN_TARGET_QUEUE)
             ids = {row["conversation_handle"]: row["conversation_id"]
                    for row in target.db.catalog("sys.conversation_endpoints")}
             by_conversation = by_target[guid] = {}
-            for message in target.db.queue_rows(BETWEEN_TARGET_QUEUE):
+            for message in rows:
                 by_conversation.setdefault(ids[message.conversation_handle], []).append(message.message_body)
         return by_target
 

@@ -166,3 +166,19 @@ def test_commit_receives_up_to_the_offset_once_and_keeps_retained_rows(db: broke
     assert status == {order: 0 if order <= orders[3] else 1 for order in orders}
     with db.transaction() as tx:
         assert [m.queuing_order for m in tx.receive("Orders")] == orders[4:]
+
+
+def test_a_batch_read_returns_committed_rows_while_a_writer_holds_its_transaction(
+        spark: SparkSession, db: broker.Broker, db_url: str) -> None:
+    """Spark's batch reads (the queue and the catalog views) take no lock: a write
+    transaction left open does not hold them up, and its rows are not seen."""
+    make_services(db, "Orders")
+    send_dialogs(db, "Orders", dialogs=2, per_dialog=2)
+    [handle, *_] = [e["conversation_handle"] for e in db.catalog("sys.conversation_endpoints") if e["is_initiator"]]
+    with db.transaction() as holding:
+        holding.send(handle, "DEFAULT", b"not committed")
+        rows = read_queue(spark, db_url, "Orders").collect()
+        services = spark.read.format(SOURCE).option("url", db_url).option("view", "sys.services").load().collect()
+    assert len(rows) == 4 and b"not committed" not in [bytes(r.message_body) for r in rows]
+    assert "//Orders" in {s.name for s in services}
+    assert db.queue_counts("Orders") == {1: 5}

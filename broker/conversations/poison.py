@@ -12,12 +12,18 @@ from __future__ import annotations
 
 from typing import cast
 
-from sqlalchemy import Table, update
+from sqlalchemy import Table, bindparam, update
 
 from broker.storage.context import TxContext
 from broker.storage.models import ServiceQueue
+from broker.storage.statements import Prepared
 
 _queues = cast(Table, ServiceQueue.__table__)
+# Prepared: on PostgreSQL it runs with every RECEIVE.
+_RESET = Prepared(
+    update(_queues).where(_queues.c.object_id == bindparam("p_queue"), _queues.c.rollback_count != 0)
+    .values(rollback_count=0)
+)
 
 ROLLBACKS_TO_DISABLE = 5
 
@@ -53,7 +59,5 @@ def reset_count(ctx: TxContext, queue_id: int) -> None:
     Called when the snapshot shows a count, and on every RECEIVE where the snapshot may
     lag (PostgreSQL); the catalog version moves only when a count was really reset.
     """
-    reset = ctx.conn.execute(update(_queues).where(_queues.c.object_id == queue_id, _queues.c.rollback_count != 0)
-                             .values(rollback_count=0))
-    if reset.rowcount:
+    if _RESET.run(ctx.conn, p_queue=queue_id):
         ctx.catalog_changed()

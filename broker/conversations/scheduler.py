@@ -161,10 +161,12 @@ def run_due(ctx: TxContext) -> DueWork:
 def run_if_due(ctx: TxContext) -> tuple[DueWork, datetime | None]:
     """``run_due`` if its deadline has come, and the next deadline after it. A pass woken
     by a commit (a message arriving, most often) reads only the deadline: the work is
-    looked for only when some is due."""
+    looked for only when some is due (on a snapshot, ``TxContext.writing`` then asks for
+    a transaction that writes)."""
     deadline = next_deadline(ctx)
     if deadline is None or deadline > ctx.now():
         return DueWork(), deadline
+    ctx.writing()
     return run_due(ctx), next_deadline(ctx)
 
 

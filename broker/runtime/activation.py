@@ -40,7 +40,7 @@ from broker.storage.catalog import QueueInfo
 from broker.storage.context import TxContext
 from broker.storage.models import QueueMonitor
 from broker.storage.queue_tables import queue_statements, queue_table
-from broker.storage.served import ServedDatabase
+from broker.storage.served import ServedDatabase, look_then_write
 from broker.storage.statements import Prepared
 
 log = logging.getLogger("broker.activation")
@@ -125,12 +125,17 @@ class ActivationManager:
 
         The look runs in one transaction (its reads, the task rows of new readers, the
         monitor rows that changed); readers start and events go out after it commits.
+        It is tried on a snapshot first, which takes no lock: most looks change nothing,
+        and they must not queue for the write lock behind the workers (or hold them up).
+        One that finds something to write (``TxContext.writing``) stops there, before
+        changing anything it would decide differently on a second try, and runs again
+        in a transaction that writes, deciding afresh under the write lock (so runtimes
+        together never start more than MAX_QUEUE_READERS).
         """
         with self._pass:
             if self._stopping.is_set():
                 return None
-            with self.db.transaction() as tx:
-                plan = tx.run(self._look)
+            plan = look_then_write(self.db, self._look)
             self._carry_out(plan)
             return plan.again
 
@@ -177,16 +182,20 @@ class ActivationManager:
         for queue in internal:
             monitor = self._monitors[queue.id] = self._monitors.get(queue.id) or Monitor(queue)
             self._look_internal(ctx, monitor, queue, now, plan)
+        monitored = frozenset(q.id for q in internal)
+        if monitored != self._monitored:
+            stale = QueueMonitor.queue_id.not_in(monitored)
+            if ctx.conn.execute(select(QueueMonitor.queue_id).where(stale).limit(1)).first() is not None:
+                ctx.writing()
+                ctx.conn.execute(delete(QueueMonitor).where(stale))
+            plan.monitored = monitored
+        # Nothing is written from here on: the external watches change as they decide.
         watches: dict[int, Watch] = {}
         for queue in queues:
             if not queue.activation_procedure:
                 watch = watches[queue.id] = self._watches.get(queue.id) or Watch()
                 self._look_external(ctx, queue, watch, now, plan)
         self._watches = watches
-        monitored = frozenset(q.id for q in internal)
-        if monitored != self._monitored:
-            ctx.conn.execute(delete(QueueMonitor).where(QueueMonitor.queue_id.not_in(monitored)))
-            plan.monitored = monitored
         with self._lock:
             self._monitors = {i: m for i, m in self._monitors.items() if i in monitored or m.readers}
         for queue_id, monitor in self._monitors.items():
@@ -332,6 +341,8 @@ class ActivationManager:
     def _remove_rows(self, running: list[Reader]) -> None:
         """Delete this runtime's monitor rows and the task rows of ``running`` (one transaction)."""
         monitored = self._monitored or frozenset()
+        if not monitored and not running:
+            return  # nothing to remove: no write transaction to wait for
         try:
             with self.db.transaction() as tx:
                 tx.run(lambda ctx: ctx.conn.execute(delete(QueueMonitor).where(QueueMonitor.queue_id.in_(monitored))))
@@ -364,6 +375,7 @@ def _ready_groups(ctx: TxContext, queue: QueueInfo, limit: int) -> int:
 
 def _write_monitor_row(ctx: TxContext, queue_id: int, row: MonitorRow) -> None:
     """Insert or update one sys.dm_broker_queue_monitors row in the caller's transaction."""
+    ctx.writing()
     state, last_empty, last_activated, waiting = row
     values = {"state": state, "last_empty_rowset_time": last_empty, "last_activated_time": last_activated,
               "tasks_waiting": waiting}

@@ -21,7 +21,7 @@ from broker.conversations.outbound import destinations
 from broker.routing.matching import Delayed, Local, Remote, route
 from broker.runtime.transmitter import Databases
 from broker.storage.catalog import Catalog
-from broker.storage.served import ServedDatabase, run_in
+from broker.storage.served import ServedDatabase, read_in
 
 THIS_INSTANCE = "(this instance)"
 
@@ -31,7 +31,7 @@ def backlog_by_peer(databases: Mapping[str, ServedDatabase]) -> list[dict[str, A
     (``TCP://host:port``) a message goes to next, ``(this instance)`` for a database of
     this instance, or ``(waiting: reason)`` when no route takes it now."""
     looked: list[tuple[Catalog, list[dict[str, Any]]]] = [
-        run_in(db, lambda ctx: (ctx.catalog, destinations(ctx))) for db in databases.values()]
+        read_in(db, lambda ctx: (ctx.catalog, destinations(ctx))) for db in databases.values()]
     directory = Databases({str(catalog.broker_guid): catalog for catalog, _ in looked if catalog.broker_enabled})
     now = datetime.now(UTC)
     counts: Counter[str] = Counter()

@@ -32,7 +32,7 @@ from broker.routing.matching import Delayed, Destination, Local, route
 from broker.runtime.mirrors import acting_as_mirror
 from broker.runtime.transmitter import Databases
 from broker.storage.catalog import Catalog
-from broker.storage.served import ServedDatabase, run_in
+from broker.storage.served import ServedDatabase, read_in
 from broker.transport.inprocess import apply_frames
 from broker.transport.tcp import Arrived
 
@@ -55,7 +55,7 @@ class Inbound:
         """Route and apply ``frames``: one delivery per database that took some (its
         receipts, committed), one for the frames refused before any database (their
         reasons), and the frames to forward, by address. Blocks: it runs transactions."""
-        routes, mirrors = run_in(self._msdb, lambda ctx: (ctx.catalog.routes, mirrored_here(ctx)))
+        routes, mirrors = read_in(self._msdb, lambda ctx: (ctx.catalog.routes, mirrored_here(ctx)))
         served = {str(catalog.broker_guid): (db, catalog)
                   for db, catalog in ((db, _catalog_of(db)) for db in self._databases()) if catalog.broker_enabled}
         directory = Databases({guid: catalog for guid, (_, catalog) in served.items()})
@@ -90,5 +90,5 @@ class Inbound:
 
 
 def _catalog_of(db: ServedDatabase) -> Catalog:
-    return run_in(db, lambda ctx: ctx.catalog)
+    return read_in(db, lambda ctx: ctx.catalog)
 

@@ -30,7 +30,7 @@ from broker.runtime.connections import forget_connections, record_connections, r
 from broker.runtime.inbound import Inbound
 from broker.runtime.runner import DEFAULT_POLL_S, Runtime, failure_pause
 from broker.runtime.transmitter import Transmitter
-from broker.storage.served import ServedDatabase, run_in
+from broker.storage.served import ServedDatabase, read_in, run_in
 from broker.storage.waiting import ANY_QUEUE
 from broker.transport.tcp import EndpointSettings, TcpEndpoint
 
@@ -183,7 +183,7 @@ class InstanceRuntime:
         catalog = self._catalog
         if catalog is None:
             return
-        config, instance_id = run_in(catalog, lambda ctx: (endpoint_config(ctx), str(ctx.catalog.broker_guid)))
+        config, instance_id = read_in(catalog, lambda ctx: (endpoint_config(ctx), str(ctx.catalog.broker_guid)))
         if config is None or config.state != "STARTED":
             self._config = config
             return
@@ -216,7 +216,7 @@ class InstanceRuntime:
         while not self._stopping.wait(CONNECTIONS_EVERY_S):
             try:
                 self._serve_databases()
-                if run_in(catalog, endpoint_config) != self._config:
+                if read_in(catalog, endpoint_config) != self._config:
                     log.info("the endpoint's definition changed: serving it anew")
                     self._stop_endpoint(ENDPOINT_STOP_S)
                     self._start_endpoint()
@@ -237,12 +237,12 @@ class InstanceRuntime:
     def _watch(self, db: ServedDatabase, stopping: threading.Event) -> None:
         """Set the commit event whenever ``db`` commits (until ``stopping``)."""
         state = db.state
-        with state.backend.watching(db.engine, state.notifier) as wait_for_commit:
+        with state.backend.watching(db.engine, state.notifier) as commits:
             while not self._stopping.is_set() and not stopping.is_set():
-                seen = state.notifier.counter(ANY_QUEUE)
+                mark = commits.mark()
                 deadline = time.monotonic() + WATCH_SLICE_S
-                wait_for_commit(seen, deadline)
-                if state.notifier.counter(ANY_QUEUE) != seen or time.monotonic() < deadline:
+                commits.wait(mark, deadline)
+                if state.notifier.counter(ANY_QUEUE) != mark[0] or time.monotonic() < deadline:
                     self._commit.set()
 
 

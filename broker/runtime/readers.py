@@ -124,6 +124,7 @@ class Reader:
 
     def insert_row(self, ctx: TxContext) -> None:
         """Add this reader's sys.dm_broker_activated_tasks row in the caller's transaction."""
+        ctx.writing()
         ctx.conn.execute(insert(ActivatedTask).values(
             task_id=self.task_id, queue_id=self.queue_id, procedure_name=self.procedure_name,
             process_id=self.session, start_time=self.start_time))
@@ -187,6 +188,7 @@ def forget_dead_tasks(ctx: TxContext) -> bool:
     sessions = list(ctx.conn.execute(select(ActivatedTask.process_id).distinct()).scalars())
     dead = ctx.state.backend.ended_sessions(ctx.conn, sessions)
     if dead:
+        ctx.writing()
         ctx.conn.execute(delete(ActivatedTask).where(ActivatedTask.process_id.in_(dead)))
         log.info("removed activated task rows of ended runtimes %s", dead)
     return bool(dead)

@@ -22,8 +22,7 @@ from broker import events
 from broker.conversations import scheduler
 from broker.runtime.activation import ActivationManager
 from broker.runtime.transmitter import Transmitter
-from broker.storage.served import ServedDatabase
-from broker.storage.waiting import ANY_QUEUE
+from broker.storage.served import ServedDatabase, look_then_write
 
 log = logging.getLogger("broker.runtime")
 
@@ -94,8 +93,7 @@ class Runtime:
     def run_pass(self) -> float:
         """One pass: due work in one transaction, the transmission queue, then activation.
         Seconds until the next."""
-        with self.db.transaction() as tx:
-            done, deadline = tx.run(scheduler.run_if_due)
+        done, deadline = look_then_write(self.db, scheduler.run_if_due)
         if self.transmitter is not None:
             moved, due = self.transmitter.run_pass()
             done.retried += moved
@@ -113,10 +111,13 @@ class Runtime:
 
     def _loop(self) -> None:
         state = self.db.state
-        with state.backend.watching(self.db.engine, state.notifier) as wait_for_commit:
+        with state.backend.watching(self.db.engine, state.notifier) as commits:
             failures = 0
             while not self._stopping.is_set():
                 started = time.monotonic()
+                # Marked before the pass: a commit made while it looks (on a snapshot, which
+                # writers do not wait for) then ends the wait after it at once.
+                mark = commits.mark()
                 try:
                     wait = self.run_pass()
                     failures = 0
@@ -127,7 +128,7 @@ class Runtime:
                     continue
                 if self._stopping.is_set():
                     break
-                wait_for_commit(state.notifier.counter(ANY_QUEUE), time.monotonic() + wait)
+                commits.wait(mark, time.monotonic() + wait)
                 self._stopping.wait(max(0.0, started + MIN_GAP_S - time.monotonic()))
 
     def _announce(self, done: scheduler.DueWork) -> None:

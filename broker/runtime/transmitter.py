@@ -55,7 +55,7 @@ from broker.runtime.mirrors import Hop, Principals
 from broker.runtime.pipeline import Pipeline, Sending
 from broker.storage.catalog import Catalog
 from broker.storage.context import TxContext
-from broker.storage.served import ServedDatabase
+from broker.storage.served import ServedDatabase, look_then_write, run_in
 from broker.transport.inprocess import InProcessTransport
 from broker.transport.seam import Answer, NetworkTransport, Transport, TransportError, receipts_of
 
@@ -167,8 +167,9 @@ class Transmitter:
             bound = bound_services(ctx) if any(m.session_key is not None for m in messages) else frozenset()
             return _Look(db, ctx.catalog, messages, next_due(ctx), bound, pipeline, settled)
 
-        with db.transaction() as tx:
-            return tx.run(look)
+        if answered:
+            return run_in(db, look)
+        return look_then_write(db, look)  # most looks find nothing to take or settle
 
     def _serve(self, origin: str, look: _Look, directory: Databases,
                transport: Transport) -> tuple[int, datetime | None]:

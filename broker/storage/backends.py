@@ -3,18 +3,13 @@
 Nothing else in the broker branches on the dialect for transactions, locks or
 wake-ups; it asks ``backend_for(engine)``.
 
-SQLite (``SQLiteBackend``): every transaction starts with ``BEGIN IMMEDIATE`` and holds
-the database write lock until it ends, a superset of every conversation group lock, so
-group locking is a no-op. Other processes' commits are seen through ``PRAGMA
-data_version`` (with a read-only probe before taking the write lock again).
+SQLite (``Backend``, here): every transaction starts with ``BEGIN IMMEDIATE`` under the
+database's fair write lock (``write_lock``) and holds it until it ends, a superset of
+every conversation group lock, so group locking is a no-op. Other processes' commits are
+seen through ``PRAGMA data_version`` (with a read-only probe before taking the write
+lock again).
 
-PostgreSQL (``PostgresBackend``): READ COMMITTED transactions, conversation group locks
-are row locks on ``sb_conversation_groups`` held to the end of the transaction: a RECEIVE
-that names a group (or a conversation) waits for it with ``FOR UPDATE``; one that picks
-the next group takes the first candidate, in priority and age order, that no other
-transaction holds (``FOR UPDATE SKIP LOCKED``). A transaction that enqueues sends
-``pg_notify('broker_queue', queue_id)``, which PostgreSQL delivers at commit; one listener
-connection per database and process LISTENs and wakes this process's waiters.
+PostgreSQL: ``postgres_backend.PostgresBackend``, which overrides what differs.
 """
 
 from __future__ import annotations
@@ -22,20 +17,19 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, bindparam, event, select, text
+from sqlalchemy import Engine, event, text
 from sqlalchemy.engine import Connection
 
-from broker.storage.models import ConversationEndpoint, ConversationGroup
-from broker.storage.statements import Prepared
-from broker.storage.waiting import ANY_QUEUE, QueueNotifier, wait_for_queue
+from broker.errors import BrokerError
+from broker.storage.waiting import CommitWatch, QueueNotifier, wait_for_queue
+from broker.storage.write_lock import write_lock
 
 if TYPE_CHECKING:
     from broker.storage.queue_tables import QueueStatements
@@ -45,49 +39,13 @@ log = logging.getLogger("broker")
 # How long a SQLite connection waits for the write lock before giving up. Long enough
 # that "database is locked" never reaches a user under ordinary contention.
 SQLITE_BUSY_TIMEOUT_MS = 60_000
-# The PostgreSQL channel carrying enqueues ("<queue id>") and catalog changes ("*").
-CHANNEL = "broker_queue"
-ALL_QUEUES = "*"
-# Candidate messages read per round when looking for a group no one holds.
-CANDIDATES = 16
-
-_groups = ConversationGroup.__table__
-_LOCK_GROUP = Prepared(
-    select(_groups.c.conversation_group_id)
-    .where(_groups.c.conversation_group_id == bindparam("p_group")).with_for_update()
-)
-_TRY_LOCK_GROUP = Prepared(
-    select(_groups.c.conversation_group_id)
-    .where(_groups.c.conversation_group_id == bindparam("p_group")).with_for_update(skip_locked=True)
-)
-_named = ConversationEndpoint.__table__.alias("named")
-# The group of one conversation endpoint, locked (a subquery: one round trip).
-_LOCK_GROUP_OF = Prepared(
-    select(_groups.c.conversation_group_id)
-    .where(_groups.c.conversation_group_id == select(_named.c.conversation_group_id)
-           .where(_named.c.conversation_handle == bindparam("p_handle")).scalar_subquery())
-    .with_for_update()
-)
-_NOTIFY = "SELECT pg_notify('" + CHANNEL + "', %s)"
-
-# Per SQLite database of this process, its turn at the write lock (``begin_on_driver``).
-_turns: dict[str, threading.Lock] = {}
-_turns_lock = threading.Lock()
-_TURN = "broker_write_turn"  # the key, in a connection's info, of the turn it holds
+_HELD = "broker_write_lock"  # the key, in a connection's info, of the write lock it holds
 
 
-def write_turn(database_key: str) -> threading.Lock:
-    """The lock a thread of this process holds from BEGIN IMMEDIATE to the end of its
-    transaction on the database ``database_key``: one per database, shared by every
-    engine of the process that opens it."""
-    with _turns_lock:
-        return _turns.setdefault(database_key, threading.Lock())
-
-
-def _give_back(info: dict[Any, Any]) -> None:
-    turn = info.pop(_TURN, None)
-    if turn is not None:
-        turn.release()
+def _give_back(info: dict[Any, Any], *, wrote: bool = False) -> None:
+    lock = info.pop(_HELD, None)
+    if lock is not None:
+        lock.release(wrote=wrote)
 
 
 class Backend:
@@ -101,9 +59,16 @@ class Backend:
     # where one transaction writes at a time, false under READ COMMITTED, where another
     # transaction's change (a queue's rollback count) can commit meanwhile.
     snapshot_stays_current = True
+    # Whether the broker's own transactions share one connection and its commits
+    # (``broker.storage.group_commit``): where one transaction writes at a time anyway.
+    groups_commits = True
 
     def configure(self, engine: Engine) -> None:
         """Install the connection and transaction settings on a new engine."""
+
+        # ``sqlite:///FILE?timeout=SECONDS`` (the driver's own parameter) sets how long a
+        # transaction waits for the write lock, ours and SQLite's.
+        self.busy_timeout_s = float(engine.url.query.get("timeout", SQLITE_BUSY_TIMEOUT_MS / 1000))  # type: ignore[arg-type]
 
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -111,7 +76,7 @@ class Backend:
             # issues BEGIN IMMEDIATE itself.
             dbapi_connection.isolation_level = None
             cursor = dbapi_connection.cursor()
-            cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+            cursor.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
             cursor.execute("PRAGMA journal_mode = WAL")
             cursor.execute("PRAGMA synchronous = FULL")
             cursor.execute("PRAGMA foreign_keys = ON")
@@ -124,13 +89,22 @@ class Backend:
                 self.begin_on_driver(conn)
 
         # A transaction SQLAlchemy ends (it joined one, or began it), or that the pool
-        # rolls back or throws away, gives its turn at the write lock back.
-        for ending in ("commit", "rollback"):
-            event.listen(engine, ending, lambda conn: self.ended(conn))
+        # rolls back or throws away, gives the write lock back. SQLAlchemy tells of a
+        # commit or rollback before it goes to the driver, and the next writer must not
+        # meet SQLite's lock still held: the transaction ends on the driver here, first
+        # (the driver's own commit or rollback that follows finds none open, and does
+        # nothing).
+        @event.listens_for(engine, "commit")
+        def _on_commit(conn: Any) -> None:
+            _end_then_give_back(conn.connection.dbapi_connection, conn.info, commit=True)
+
+        @event.listens_for(engine, "rollback")
+        def _on_rollback(conn: Any) -> None:
+            _end_then_give_back(conn.connection.dbapi_connection, conn.info, commit=False)
 
         @event.listens_for(engine.pool, "reset")
-        def _on_reset(_dbapi: Any, record: Any, _state: Any) -> None:
-            _give_back(record.info)
+        def _on_reset(dbapi: Any, record: Any, _state: Any) -> None:
+            _end_then_give_back(dbapi, record.info, commit=False)
 
         @event.listens_for(engine.pool, "close")
         def _on_close(_dbapi: Any, record: Any) -> None:
@@ -144,19 +118,15 @@ class Backend:
         """Begin ``conn``'s transaction on the driver, without SQLAlchemy's bookkeeping;
         False where the backend leaves beginning to SQLAlchemy.
 
-        SQLite: ``BEGIN IMMEDIATE``, after taking this process's turn at the database's
-        write lock (:func:`write_turn`): threads that want it queue in order instead of
-        each sleeping in SQLite's busy handler and retrying, where one that just
-        committed takes it again before the sleepers wake. :meth:`ended` gives it back.
+        SQLite: ``BEGIN IMMEDIATE``, after taking the database's fair write lock
+        (:mod:`broker.storage.write_lock`): threads and processes that want it queue in
+        turn instead of each sleeping in SQLite's busy handler and retrying. Error 1222
+        when it cannot be had within the busy timeout. :meth:`ended` gives it back.
         SQLAlchemy's own begin and commit cost about as much as a one-message SEND's
         statements; a SQLAlchemy statement run later in the transaction joins it
         (``_on_begin``) and SQLAlchemy then ends it.
         """
-        turn = write_turn(self.database_key(conn.engine))
-        # A turn never given back (a connection lost without its end being seen) costs
-        # a wait of busy_timeout, after which SQLite's own lock decides, as it always does.
-        if turn.acquire(timeout=SQLITE_BUSY_TIMEOUT_MS / 1000):
-            conn.info[_TURN] = turn
+        self.take_write_lock(conn.engine, conn.info)
         try:
             conn.connection.dbapi_connection.execute("BEGIN IMMEDIATE")  # type: ignore[union-attr]
         except BaseException:
@@ -164,10 +134,39 @@ class Backend:
             raise
         return True
 
-    def ended(self, conn: Connection) -> None:
-        """``conn``'s transaction has ended (or is about to, as SQLAlchemy commits): its
-        turn at the write lock goes to the next thread waiting."""
-        _give_back(conn.info)
+    def begin_snapshot(self, conn: Connection) -> None:
+        """Begin a transaction that only reads, on the database's last committed state; it
+        takes no lock and never waits for a writer.
+
+        SQLite: a deferred ``BEGIN`` on the driver: in WAL mode the first read fixes the
+        snapshot, which later commits by writers leave alone.
+        """
+        conn.connection.dbapi_connection.execute("BEGIN")  # type: ignore[union-attr]
+
+    @contextmanager
+    def snapshot_connection(self, engine: Engine) -> Iterator[Connection]:
+        """A connection of ``engine`` in a snapshot transaction (:meth:`begin_snapshot`),
+        for SQLAlchemy reads outside any broker transaction; rolled back at the end."""
+        with engine.connect() as conn:
+            self.begin_snapshot(conn)
+            try:
+                yield conn
+            finally:
+                conn.rollback()
+
+    def take_write_lock(self, engine: Engine, info: dict[Any, Any]) -> None:
+        """Take ``engine``'s database write lock for the connection whose ``info`` is given
+        (:meth:`ended` gives it back); error 1222 past the busy timeout."""
+        lock = write_lock(self.database_key(engine))
+        if not lock.acquire(self.busy_timeout_s):
+            raise BrokerError(1222, f"Lock request time out period exceeded. (no write lock on the database "
+                                    f"within {self.busy_timeout_s:g} s: another transaction holds it)")
+        info[_HELD] = lock
+
+    def ended(self, conn: Connection, *, wrote: bool = False) -> None:
+        """``conn``'s transaction has ended (committed, if it ``wrote``): the write lock
+        goes to the next writer waiting (``WriteLock.release``)."""
+        _give_back(conn.info, wrote=wrote)
 
     def changes(self, conn: Connection) -> int | None:
         """How many rows ``conn`` has written since it opened; None where it is not known.
@@ -301,214 +300,35 @@ class Backend:
         sleep_until(deadline)
 
     @contextmanager
-    def watching(self, engine: Engine, notifier: QueueNotifier) -> Iterator[Callable[[int, float], None]]:
-        """For the runtime: ``wait(seen, deadline)`` returning on any commit to the database.
+    def watching(self, engine: Engine, notifier: QueueNotifier) -> Iterator[CommitWatch]:
+        """For the runtime: a watch for any commit to the database.
 
         SQLite: a raw connection of its own watches ``PRAGMA data_version``.
         """
         raw = engine.raw_connection()
         try:
-            dbapi = raw.driver_connection
-            yield lambda seen, deadline: wait_for_queue(notifier, ANY_QUEUE, seen, deadline, dbapi, lambda: True)
+            yield CommitWatch(notifier, raw.driver_connection)
         finally:
             raw.close()
 
 
-# PostgreSQL cuts identifiers longer than this many bytes (NAMEDATALEN - 1).
-_IDENTIFIER_BYTES = 63
-
-
-class PostgresBackend(Backend):
-    name = "postgresql"
-    row_locks = True
-    snapshot_stays_current = False
-
-    def __init__(self) -> None:
-        self._listener: _Listener | None = None
-        self._lock = threading.Lock()
-
-    def configure(self, engine: Engine) -> None:
-        """READ COMMITTED, the server's default: each statement sees the latest commits."""
-
-    def changes(self, conn: Connection) -> int | None:
-        return None  # every commit notifies (pg_notify is sent only by those that enqueue)
-
-    def data_version(self, conn: Connection) -> int | None:
-        return None  # every transaction reads afresh (and takes its row locks)
-
-    def begin_on_driver(self, conn: Connection) -> bool:
-        return False
-
-    def database_key(self, engine: Engine) -> str:
-        return engine.url.render_as_string(hide_password=True)
-
-    @contextmanager
-    def session(self, engine: Engine) -> Iterator[int]:
-        """PostgreSQL: the backend process id of a connection the runtime holds open for
-        its whole life. Runtimes may run on other hosts, so an operating-system process id
-        would tell nothing; a session ends with its process, on any host."""
-        raw = engine.raw_connection()
-        raw.detach()  # closed for good at the end, not handed back to the pool
-        try:
-            cursor = raw.cursor()
-            cursor.execute("SELECT pg_backend_pid()")
-            row = cursor.fetchone()
-            assert row is not None
-            yield int(row[0])
-        finally:
-            raw.close()
-
-    def ended_sessions(self, conn: Connection, sessions: list[int]) -> list[int]:
-        """PostgreSQL: sessions the server no longer has (``pg_stat_activity``)."""
-        if not sessions:
-            return []
-        alive = set(conn.execute(text("SELECT pid FROM pg_stat_activity WHERE pid = ANY(:sessions)"),
-                                 {"sessions": sessions}).scalars())
-        return [pid for pid in sessions if pid not in alive]
-
-    def catalog_view(self, view: str) -> str:
-        """Catalog views live in the schema sys: sys."conversation_endpoints"."""
-        return f'sys."{view}"'
-
-    def queue_view_name(self, queue_name: str, object_id: int) -> str:
-        """The queue's own name when it fits PostgreSQL's identifiers (63 bytes); else its
-        first bytes plus ``~`` and the queue's object id, so two long names that share
-        their first 63 bytes never name the same view. The API and the CLI find a queue
-        by its full name through the catalog either way."""
-        encoded = queue_name.encode("utf-8")
-        if len(encoded) <= _IDENTIFIER_BYTES:
-            return queue_name
-        suffix = f"~{object_id}"
-        head = encoded[:_IDENTIFIER_BYTES - len(suffix)].decode("utf-8", errors="ignore")  # whole characters
-        return head + suffix
-
-    def object_name_taken(self, conn: Connection, name: str) -> bool:
-        found = conn.execute(text(
-            "SELECT 1 FROM information_schema.tables "
-            "WHERE lower(table_name) = lower(:n) AND table_schema = current_schema()"
-        ), {"n": name})
-        return found.first() is not None
-
-    def lock_group(self, conn: Connection, group_id: uuid.UUID) -> None:
-        _LOCK_GROUP.all(conn, p_group=group_id)
-
-    def lock_group_of(self, conn: Connection, handle: uuid.UUID) -> uuid.UUID | None:
-        found = _LOCK_GROUP_OF.first(conn, p_handle=handle)
-        return None if found is None else found[0]
-
-    def next_ready(self, conn: Connection, statements: QueueStatements) -> tuple[Any, ...] | None:
-        """Candidates in priority and age order; lock the first group nobody holds.
-
-        After the lock, the group's first ready message is read again: another
-        transaction may have taken the candidate and committed in between.
-        """
-        tried: set[Any] = set()
-        offset = 0
-        while True:
-            candidates = statements.ready_candidates.all(conn, p_limit=CANDIDATES, p_offset=offset)
-            for group_id, _handle in candidates:
-                if group_id in tried:
-                    continue
-                tried.add(group_id)
-                if _TRY_LOCK_GROUP.first(conn, p_group=group_id) is None:
-                    continue  # held by another transaction (or gone)
-                first = statements.first_of_group.first(conn, p_group=group_id)
-                if first is not None:
-                    return group_id, first[0]
-            if len(candidates) < CANDIDATES:
-                return None
-            offset += CANDIDATES
-
-    def next_conversation_rows(self, conn: Connection, statements: QueueStatements,
-                               top: int | None) -> list[tuple[Any, ...]]:
-        first = self.next_ready(conn, statements)  # the group is locked before its rows are read
-        if first is None:
-            return []
-        if top is None:
-            return statements.all_conversation_rows.all(conn, p_handle=first[1])
-        return statements.conversation_rows.all(conn, p_handle=first[1], p_top=top)
-
-    def enqueued(self, conn: Connection, queue_id: int) -> None:
-        _notify(conn, str(queue_id))
-
-    def catalog_changed(self, conn: Connection) -> None:
-        _notify(conn, ALL_QUEUES)
-
-    def start_listening(self, engine: Engine, notifier: QueueNotifier) -> None:
-        with self._lock:
-            if self._listener is None or not self._listener.alive:
-                self._listener = _Listener(engine, notifier)
-
-    def stop_listening(self) -> None:
-        with self._lock:
-            listener, self._listener = self._listener, None
-        if listener is not None:
-            listener.stop()
-
-    def wait_released(self, notifier: QueueNotifier, queue_id: int, seen: int, deadline: float,
-                      conn: Connection, table: str, catalog_version: int) -> None:
-        """Wait on the notifier: the listener turns every NOTIFY into a wake-up."""
-        wait_for_queue(notifier, queue_id, seen, deadline, None, lambda: True)
-
-    def wait_holding(self, notifier: QueueNotifier, queue_id: int, seen: int, deadline: float) -> None:
-        """Other transactions still commit while this one holds its row locks: wait for them."""
-        wait_for_queue(notifier, queue_id, seen, deadline, None, lambda: True)
-
-    @contextmanager
-    def watching(self, engine: Engine, notifier: QueueNotifier) -> Iterator[Callable[[int, float], None]]:
-        self.start_listening(engine, notifier)
-        yield lambda seen, deadline: wait_for_queue(notifier, ANY_QUEUE, seen, deadline, None, lambda: True)
-
-
-def _notify(conn: Connection, payload: str) -> None:
-    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+def _end_then_give_back(dbapi: Any, info: dict[Any, Any], *, commit: bool) -> None:
+    """End the transaction a connection holding the write lock has open on the driver
+    (rolled back if its commit fails), then give the lock back."""
+    if _HELD not in info:
+        return
     try:
-        cursor.execute(_NOTIFY, (payload,))
+        if dbapi is not None and dbapi.in_transaction:
+            if not commit:
+                dbapi.rollback()
+            else:
+                try:
+                    dbapi.commit()
+                except BaseException:
+                    dbapi.rollback()
+                    raise
     finally:
-        cursor.close()
-
-
-class _Listener:
-    """A thread on its own autocommit connection that LISTENs and wakes the notifier.
-
-    LISTEN is in force before the constructor returns, so a waiter that starts the
-    listener before its first attempt misses no commit made after that attempt.
-    """
-
-    def __init__(self, engine: Engine, notifier: QueueNotifier) -> None:
-        raw = engine.raw_connection()
-        connection: Any = raw.driver_connection
-        raw.detach()  # never goes back to the pool: closed by this listener
-        self._connection = connection
-        self._connection.autocommit = True
-        self._connection.execute(f"LISTEN {CHANNEL}")
-        self._notifier = notifier
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="broker-listen", daemon=True)
-        self._thread.start()
-
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
-
-    def _run(self) -> None:
-        try:
-            while not self._stopping.is_set():
-                for notice in self._connection.notifies(timeout=0.5):
-                    if notice.payload == ALL_QUEUES:
-                        self._notifier.notify_all()
-                    else:
-                        self._notifier.notify({int(notice.payload)})
-        except Exception:
-            if not self._stopping.is_set():
-                log.exception("LISTEN connection failed; waiters fall back to their timeouts")
-                self._notifier.notify_all()
-        finally:
-            self._connection.close()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        self._thread.join(5)
+        _give_back(info, wrote=commit)
 
 
 def _process_exists(pid: int) -> bool:
@@ -525,7 +345,12 @@ def backend_for(engine: Engine) -> Backend:
     """The backend of ``engine``'s dialect (one object per engine, kept on it)."""
     found: Backend | None = getattr(engine, "_broker_backend", None)
     if found is None:
-        found = PostgresBackend() if engine.dialect.name == "postgresql" else Backend()
+        if engine.dialect.name == "postgresql":
+            from broker.storage.postgres_backend import PostgresBackend  # it builds on this module
+
+            found = PostgresBackend()
+        else:
+            found = Backend()
         engine._broker_backend = found  # type: ignore[attr-defined]
     return found
 

@@ -17,6 +17,10 @@ if TYPE_CHECKING:
     from broker.storage.state import DatabaseState
 
 
+class WriteNeeded(Exception):
+    """Work tried in a snapshot first found it has something to write."""
+
+
 @dataclass(slots=True)
 class TxContext:
     """A connection inside a transaction, the catalog it sees, and what it changed.
@@ -42,6 +46,14 @@ class TxContext:
     # Set by the transmitter: what it writes (receipts settled, back-offs) concerns no
     # one waiting, so its commit wakes no watcher unless it put a message in a queue.
     quiet: bool = False
+    # True in a snapshot (``Broker.snapshot``): it may only read.
+    snapshot: bool = False
+
+    def writing(self) -> None:
+        """Say that a write comes next: in a snapshot, raise :class:`WriteNeeded` (the
+        caller runs its work again in a transaction that may write)."""
+        if self.snapshot:
+            raise WriteNeeded
 
     @staticmethod
     def now() -> datetime:

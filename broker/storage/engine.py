@@ -53,8 +53,8 @@ def create_broker_engine(url: str, **kwargs: Any) -> Engine:
         raise BrokerError(DRIVER_MISSING, driver=module, hint=hint) from exc
     if parsed.get_backend_name() == "sqlite":
         _report_unusable_file(engine, parsed.database or "")
+    pending.install(engine)  # first: held-back writes are flushed before the backend's commit
     backend_for(engine).configure(engine)
-    pending.install(engine)
     return engine
 
 

@@ -5,7 +5,10 @@ endpoints and update their sequence numbers a hundred times each. Instead:
 
 * endpoint rows read by handle are kept for the rest of the transaction, and sequence
   and state changes are applied to the kept rows and written once;
-* message inserts are queued and written with one ``executemany`` per queue table.
+* message inserts are queued and written with one ``executemany`` per queue table
+  (on PostgreSQL also RECEIVE's deletes and the ``pg_notify`` of an enqueue; there the
+  held-back writes go in one pipeline with the statement that flushes them: one round
+  trip).
 
 Both are flushed before *any* other statement runs on the connection — the broker's own
 (``Prepared`` calls ``flush``) or anybody's through SQLAlchemy (an engine event) — and
@@ -122,10 +125,36 @@ def pending(conn: Connection) -> Pending:
 
 
 def flush(conn: Connection) -> None:
-    """Write what is held back (cheap when nothing is)."""
+    """Write what is held back (cheap when nothing is).
+
+    PostgreSQL: one round trip, one statement (``statements.held_as_one``) or, for
+    many rows, one ``executemany`` per statement in one pipeline (psycopg would sync
+    after each); a failing write raises here all the same.
+    """
     buffer: Pending | None = conn.info.get(INFO_KEY)
     if buffer is None or not buffer.holds_writes():
         return
+    if conn.dialect.name == "postgresql":
+        _flush_on_postgres(conn, buffer)
+    else:
+        write_held(conn, buffer)
+
+
+def _flush_on_postgres(conn: Connection, buffer: Pending) -> None:
+    # One statement, without a pipeline: writes and COMMIT in one pipeline would save the
+    # COMMIT's round trip, but psycopg's pipeline costs more CPU than that round trip.
+    from broker.storage.statements import _cursor, held_as_one  # statements imports this module
+
+    together = held_as_one(conn, buffer)
+    if together is not None:
+        _cursor(conn).execute(*together)
+        return
+    with conn.connection.dbapi_connection.pipeline():  # type: ignore[union-attr]
+        write_held(conn, buffer)
+
+
+def write_held(conn: Connection, buffer: Pending) -> None:
+    """``flush`` without a pipeline of its own (PostgreSQL: into the caller's)."""
     inserts, buffer.inserts = buffer.inserts, {}
     for statement, rows in inserts.items():
         statement.execute_many(conn, rows)

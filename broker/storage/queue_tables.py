@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from sqlalchemy import (
     BigInteger,
@@ -31,13 +31,14 @@ from sqlalchemy import (
     insert,
     select,
     text,
+    true,
     update,
 )
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import Select
 
 from broker.errors import BrokerError
-from broker.storage.models import SYSNAME
+from broker.storage.models import SYSNAME, ConversationGroup
 from broker.storage.statements import Prepared
 from broker.storage.types import GUID, UTCDateTime
 
@@ -147,8 +148,9 @@ class QueueStatements:
 
     insert: Prepared  # values: every column but queuing_order, in table order
     next_ready: Prepared  # (group, conversation) holding the next message to serve
-    ready_candidates: Prepared  # the same order, p_limit rows from p_offset (group locking)
-    first_of_group: Prepared  # (conversation,) of a group's next message to serve
+    # PostgreSQL: the next group nobody holds, locked, and p_top of its first
+    # conversation's rows (``pick_group``).
+    pick_group: Prepared
     conversation_rows: Prepared  # one conversation's ready rows in receive order, LIMIT p_top
     all_conversation_rows: Prepared  # the same without a limit
     # The same for the conversation holding the next message to serve, found in the same
@@ -159,6 +161,8 @@ class QueueStatements:
     mark_received: Prepared  # RETENTION: status 0 instead of deleting
 
 
+_groups = cast(Table, ConversationGroup.__table__)
+
 # What a SEND writes: every column but the queuing order the database assigns.
 _INSERTED = QueueRow._fields[1:]
 
@@ -168,11 +172,64 @@ def serve_order_of(table: Any) -> tuple[Any, ...]:
     return table.c.priority.desc(), table.c.queuing_order
 
 
+def receive_order_of(table: Any) -> tuple[Any, ...]:
+    """The order of one conversation's messages: a DialogTimer, an Error, then the rest
+    in sequence order."""
+    return table.c.receive_rank, table.c.message_sequence_number, table.c.queuing_order
+
+
 def _rows_of(table: Any, handle: Any) -> Select[Any]:
     """One conversation's ready rows in receive order."""
     return (
         select(table).where(table.c.conversation_handle == handle, table.c.status == 1)
-        .order_by(table.c.receive_rank, table.c.message_sequence_number, table.c.queuing_order)
+        .order_by(*receive_order_of(table))
+    )
+
+
+def pick_group(t: Table) -> Prepared:
+    """PostgreSQL: the next conversation group nobody holds, locked, and its first
+    conversation's rows, in one statement (one round trip).
+
+    Three common table expressions, each taking its locks after the one before:
+
+    * ``picked``: the ready messages in serve order (the queue's ready index) joined
+      with their groups; the first whose group row it can lock (``FOR UPDATE SKIP
+      LOCKED``: a group another transaction holds is skipped, never waited for).
+    * ``first``: that message, locked (``FOR UPDATE``). The statement reads a snapshot
+      taken before the group lock, and a transaction that held the group may have taken
+      the message and committed in between: locking a row that is gone drops it, and a
+      row changed meanwhile (RETENTION sets status 0) is checked again in its latest
+      version. Nobody else can hold the group's rows now: nothing is waited for.
+    * ``taken``: up to ``p_top`` (NULL: all, 0: none) ready rows of that message's
+      conversation in receive order, locked the same way, so a row taken meanwhile is
+      never returned.
+
+    Each result row is (group, conversation, the columns of one ``taken`` row, NULL
+    when there is none). No row: no group nobody holds has a ready message. A NULL
+    conversation: the picked message was taken meanwhile; the group stays locked, and
+    the caller runs the statement again, on a newer snapshot.
+    """
+    m, f, r = t.alias("ready_message"), t.alias("first_message"), t.alias("taken_message")
+    picked = (
+        select(_groups.c.conversation_group_id, m.c.queuing_order)
+        .join_from(m, _groups, _groups.c.conversation_group_id == m.c.conversation_group_id)
+        .where(m.c.status == 1).order_by(*serve_order_of(m)).limit(1)
+        .with_for_update(skip_locked=True, of=_groups)
+    ).cte("picked")
+    first = (
+        select(f.c.conversation_handle)
+        .where(f.c.queuing_order == select(picked.c.queuing_order).scalar_subquery(), f.c.status == 1)
+        .with_for_update(of=f)
+    ).cte("first")
+    taken = (
+        select(r).join_from(r, first, r.c.conversation_handle == first.c.conversation_handle)
+        .where(r.c.status == 1).order_by(*receive_order_of(r)).limit(bindparam("p_top", type_=BigInteger))
+        .with_for_update(of=r)
+    ).cte("taken")
+    return Prepared(
+        select(picked.c.conversation_group_id, first.c.conversation_handle, *taken.c)
+        .select_from(picked.outerjoin(first, true()).outerjoin(taken, true()))
+        .order_by(*receive_order_of(taken))
     )
 
 
@@ -190,18 +247,15 @@ def queue_statements(table_name: str) -> QueueStatements:
     return QueueStatements(
         insert=Prepared(insert(t).values({name: bindparam(name) for name in _INSERTED}), positional=_INSERTED),
         next_ready=Prepared(serve_order.limit(1)),
-        ready_candidates=Prepared(serve_order.limit(bindparam("p_limit")).offset(bindparam("p_offset"))),
-        first_of_group=Prepared(
-            select(t.c.conversation_handle).where(t.c.conversation_group_id == bindparam("p_group"), ready)
-            .order_by(*serve_order_of(t)).limit(1)
-        ),
+        pick_group=pick_group(t),
         conversation_rows=Prepared(rows.limit(bindparam("p_top"))),
         all_conversation_rows=Prepared(rows),
         next_conversation_rows=Prepared(next_rows.limit(bindparam("p_top"))),
         all_next_conversation_rows=Prepared(next_rows),
-        delete_row=Prepared(delete(t).where(t.c.queuing_order == bindparam("p_order"))),
+        # Held back on PostgreSQL: written with the next statement or the commit.
+        delete_row=Prepared(delete(t).where(t.c.queuing_order == bindparam("p_order")), held_back_on="postgresql"),
         mark_received=Prepared(
-            update(t).where(t.c.queuing_order == bindparam("p_order")).values(status=0)
+            update(t).where(t.c.queuing_order == bindparam("p_order")).values(status=0), held_back_on="postgresql"
         ),
     )
 

@@ -65,8 +65,14 @@ _WRITE_BACK = Prepared(
 def write_back(conn: Connection, changed: list[Endpoint]) -> None:
     """Write what SEND and delivery changed in place: sequence numbers, state, and the
     messages held in the transmission queue with the last reason why."""
-    _WRITE_BACK.execute_many(conn, [
+    _WRITE_BACK.execute_many(conn, write_back_rows(changed)[1])
+
+
+def write_back_rows(changed: list[Endpoint]) -> tuple[Prepared, list[dict[str, object]]]:
+    """``write_back``'s statement and its rows (PostgreSQL writes them with the others
+    held back: ``statements.held_as_one``)."""
+    return _WRITE_BACK, [
         {"p_handle": e.conversation_handle, "p_send": e.send_sequence, "p_receive": e.receive_sequence,
          "p_state": e.state, "p_held": e.held_messages, "p_status": e.transmission_status}
         for e in changed
-    ])
+    ]

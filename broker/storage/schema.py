@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import text
 
+from broker.storage.backends import backend_for
+
 if TYPE_CHECKING:
     from alembic.config import Config
     from sqlalchemy import Engine
@@ -65,8 +67,9 @@ def stored_revisions(conn: Connection) -> tuple[str, ...]:
 
 
 def current_revision(engine: Engine) -> str | None:
-    """The database's catalog revision; None before the first migration."""
-    with engine.connect() as conn:
+    """The database's catalog revision; None before the first migration (read on a
+    snapshot: it never waits for a writer)."""
+    with backend_for(engine).snapshot_connection(engine) as conn:
         stored = stored_revisions(conn)
         if len(stored) <= 1:
             return stored[0] if stored else None
@@ -105,8 +108,9 @@ def history() -> list[tuple[str, str | None, str]]:
 
 
 def ensure_current(engine: Engine) -> None:
-    """Upgrade the database to head unless it is there already (checked without Alembic)."""
-    with engine.connect() as conn:
+    """Upgrade the database to head unless it is there already (checked without Alembic,
+    on a snapshot: opening a database at head never waits for a writer)."""
+    with backend_for(engine).snapshot_connection(engine) as conn:
         at_head = stored_revisions(conn) == (HEAD_REVISION,)
     if not at_head:
         upgrade(engine)

@@ -12,6 +12,7 @@ from broker.events import EventHub
 from broker.storage import pending
 from broker.storage.backends import backend_for
 from broker.storage.catalog import Catalog, catalog_version, load_catalog
+from broker.storage.group_commit import WriteGroup
 from broker.storage.waiting import QueueNotifier
 
 _notifiers: dict[str, QueueNotifier] = {}
@@ -46,6 +47,8 @@ class DatabaseState:
         # GET CONVERSATION GROUP of that thread (activation readers report their receives).
         self.receive_watch = threading.local()
         self._kept: set[Connection] = set()
+        # SQLite: the broker's own write transactions share one connection and its commits.
+        self.group = WriteGroup(engine, self.backend) if self.backend.groups_commits else None
 
     def checkout(self) -> Connection:
         """A connection outside any transaction: this thread's idle one, or a new one."""
@@ -78,6 +81,8 @@ class DatabaseState:
         """Close the connections kept for reuse (their threads open new ones if needed),
         and the backend's listener."""
         self.backend.stop_listening()
+        if self.group is not None:
+            self.group.close()
         with self._lock:
             kept, self._kept = self._kept, set()
         for conn in kept:

@@ -17,12 +17,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from sqlalchemy.engine import Connection, Dialect
-from sqlalchemy.sql import ClauseElement, Insert
+from sqlalchemy.sql import ClauseElement, Delete, Insert, Select, Update
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import Executable
+from sqlalchemy.sql.util import find_tables
 from sqlalchemy.types import LargeBinary, String, TypeDecorator, TypeEngine
 
-from broker.storage.pending import INFO_KEY, Pending, flush
+from broker.storage.pending import INFO_KEY, Pending, flush, pending, write_held
 
 Processor = Callable[[Any], Any] | None
 
@@ -86,6 +87,19 @@ class _MultiRowInsert:
         return sql
 
 
+def _values_row(sql: str) -> tuple[str, str, str] | None:
+    """``INSERT ... VALUES (row) [RETURNING ...]`` as (head with VALUES, row, tail)."""
+    head, values, rest = sql.partition(" VALUES ")
+    if not values or not rest.startswith("("):
+        return None
+    depth = 0
+    for end, char in enumerate(rest):
+        depth += (char == "(") - (char == ")")
+        if depth == 0:
+            return head + values, rest[:end + 1], rest[end + 1:]
+    return None
+
+
 def _unbounded(type_: TypeEngine[Any]) -> bool:
     """Whether a column's values can be large: blobs and text without a length."""
     impl = type_.impl_instance if isinstance(type_, TypeDecorator) else type_
@@ -93,12 +107,25 @@ def _unbounded(type_: TypeEngine[Any]) -> bool:
 
 
 class _Compiled:
-    __slots__ = ("sql", "parameters", "results", "_multirow")
+    __slots__ = ("sql", "parameters", "results", "_multirow", "reads", "target", "alone", "values_row")
 
     def __init__(self, statement: ClauseElement, dialect: Dialect, positions: dict[str, int] | None) -> None:
         compiled = statement.compile(dialect=dialect)
         assert isinstance(compiled, SQLCompiler)
         self.sql = compiled.string
+        self.reads = isinstance(statement, Select)  # a SELECT (pg_notify): no write of its own
+        # The table a write changes, and whether it reads no other table and returns
+        # nothing: then it may run in one statement with held-back writes to other
+        # tables (``held_as_one``), its row count read back.
+        self.target: str | None = None
+        self.alone = False
+        # An INSERT's SQL as (before, one row of VALUES, after): several rows go in one
+        # VALUES list, inserted in the order listed (``held_as_one``).
+        self.values_row = _values_row(self.sql) if isinstance(statement, Insert) else None
+        if isinstance(statement, (Insert, Update, Delete)):
+            self.target = statement.table.name  # type: ignore[union-attr]
+            self.alone = (not isinstance(statement, Insert) and not statement._returning
+                          and {t.name for t in find_tables(statement, include_crud=True)} == {self.target})
         if "POSTCOMPILE" in self.sql:
             raise ValueError("a prepared statement cannot hold an expanding IN (...) list: " + self.sql)
         # Positional paramstyles (SQLite's qmark) need the values in this order; named
@@ -192,15 +219,21 @@ class Prepared:
     ``positional`` names the binds in the order a caller passes their values as one
     tuple per row (``defer``, ``execute_many``) instead of as keywords: cheaper for a
     row made once per message.
+
+    ``held_back_on`` names a dialect on which ``run`` and ``run_many`` hold the write back
+    (``defer``) instead of executing it: for writes whose row count nobody reads, that
+    nothing before the next flush reads back.
     """
 
-    __slots__ = ("_statement", "_by_dialect", "_flush", "_positions")
+    __slots__ = ("_statement", "_by_dialect", "_flush", "_positions", "_held_back_on")
 
-    def __init__(self, statement: Executable, *, flush: bool = True, positional: Sequence[str] | None = None) -> None:
+    def __init__(self, statement: Executable, *, flush: bool = True, positional: Sequence[str] | None = None,
+                 held_back_on: str | None = None) -> None:
         self._statement = statement
         self._by_dialect: dict[str, _Compiled] = {}
         self._flush = flush
         self._positions = None if positional is None else {name: i for i, name in enumerate(positional)}
+        self._held_back_on = held_back_on
 
     def _compiled(self, dialect: Dialect) -> _Compiled:
         compiled = self._by_dialect.get(dialect.name)
@@ -212,8 +245,7 @@ class Prepared:
     def all(self, conn: Connection, **values: Any) -> list[tuple[Any, ...]]:
         """Execute and return every row, type-processed."""
         compiled = self._compiled(conn.dialect)
-        cursor = _cursor(conn, flush_first=self._flush)
-        cursor.execute(compiled.sql, compiled.parameters(values))
+        cursor = _execute(conn, compiled.sql, compiled.parameters(values), self._flush)
         return compiled.rows(cursor.fetchall())
 
     def first(self, conn: Connection, **values: Any) -> tuple[Any, ...] | None:
@@ -225,14 +257,28 @@ class Prepared:
         return None if row is None else row[0]
 
     def run(self, conn: Connection, **values: Any) -> int:
-        """Execute a statement that returns no rows; the number of rows it changed."""
+        """Execute a statement that returns no rows; the number of rows it changed (-1:
+        held back, see ``held_back_on``)."""
+        if self._held_back_on == conn.dialect.name:
+            self.defer(pending(conn), values)  # type: ignore[arg-type]
+            return -1
         compiled = self._compiled(conn.dialect)
-        cursor = _cursor(conn, flush_first=True)
-        cursor.execute(compiled.sql, compiled.parameters(values))
+        if compiled.alone and conn.dialect.name == "postgresql" and _holds_writes(conn):
+            together = held_as_one(conn, pending(conn), then=(compiled, compiled.parameters(values)))
+            if together is not None:
+                cursor = _cursor(conn)
+                cursor.execute(*together)
+                return int(cursor.fetchone()[0])
+        cursor = _execute(conn, compiled.sql, compiled.parameters(values), True)
         return int(cursor.rowcount)
 
     def run_many(self, conn: Connection, values: Sequence[Mapping[str, Any]]) -> None:
         """Execute once per parameter set (the driver's executemany)."""
+        if self._held_back_on == conn.dialect.name:
+            kept = pending(conn)
+            for one in values:
+                self.defer(kept, one)  # type: ignore[arg-type]
+            return
         self.execute_many(conn, values, flush_first=True)
 
     def defer(self, kept: Pending, values: tuple[Any, ...]) -> None:
@@ -250,7 +296,49 @@ class Prepared:
         if not values:
             return
         compiled = self._compiled(conn.dialect)
-        compiled.execute_many(_cursor(conn, flush_first), [compiled.parameters(v) for v in values])
+        parameters = [compiled.parameters(v) for v in values]
+        if flush_first and conn.dialect.name == "postgresql" and _holds_writes(conn):
+            driver = conn.connection.dbapi_connection
+            with driver.pipeline():  # type: ignore[union-attr]
+                write_held(conn, pending(conn))
+                compiled.execute_many(_cursor(conn), parameters)
+            return
+        compiled.execute_many(_cursor(conn, flush_first), parameters)
+
+
+def _holds_writes(conn: Connection) -> bool:
+    buffer: Pending | None = conn.info.get(INFO_KEY)
+    return buffer is not None and buffer.holds_writes()
+
+
+def _execute(conn: Connection, sql: str, parameters: Any, flush_first: bool) -> Any:
+    """Execute on the connection's cursor, after writing what ``broker.storage.pending``
+    holds back if ``flush_first``; the cursor holding the result.
+
+    PostgreSQL: the held-back writes and the statement go in one pipeline (one round
+    trip instead of two); the statement's result is on a second cursor, since the
+    writes' results arrive on the first.
+    """
+    info = conn.info
+    if flush_first:
+        buffer: Pending | None = info.get(INFO_KEY)
+        if buffer is not None and buffer.holds_writes():
+            if conn.dialect.name == "postgresql":
+                reader = info.get("broker_reader")
+                if reader is None:
+                    reader = info["broker_reader"] = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+                together = held_as_one(conn, buffer)
+                with reader.connection.pipeline():
+                    if together is None:
+                        write_held(conn, buffer)
+                    else:
+                        _cursor(conn).execute(*together)
+                    reader.execute(sql, parameters)
+                return reader
+            flush(conn)
+    cursor = _cursor(conn)
+    cursor.execute(sql, parameters)
+    return cursor
 
 
 def _cursor(conn: Connection, flush_first: bool = False) -> Any:
@@ -266,3 +354,85 @@ def _cursor(conn: Connection, flush_first: bool = False) -> Any:
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         info["broker_cursor"] = cursor
     return cursor
+
+
+# PostgreSQL: at most this many held-back rows go in one statement (``held_as_one``);
+# more are written by one ``executemany`` per statement, in a pipeline.
+HELD_AS_ONE_MAX_ROWS = 32
+_held_sql: dict[tuple[tuple[int, int], ...], str] = {}
+
+
+def held_as_one(conn: Connection, buffer: Pending,
+                then: tuple[_Compiled, Any] | None = None) -> tuple[str, dict[str, Any]] | None:
+    """PostgreSQL: the writes ``buffer`` holds back as one statement and its parameters,
+    taken out of the buffer; None (the buffer left alone) when they are too many.
+
+    ``then``: a write (``_Compiled.alone``) and its parameters to run in the same
+    statement, whose row count the statement returns; None when a held-back write
+    changes its table (it would not see that change: every part of one statement reads
+    the same snapshot).
+
+    Each held-back statement is a data-modifying common table expression: an INSERT
+    with all its rows in one VALUES list, inserted (and numbered by the table's serial
+    column) in the order they were held back; any other statement once per row (a
+    SELECT, ``pg_notify``, is read by the main query so that it runs). One execution,
+    one prepared statement per mix of statements and row counts, where one
+    ``executemany`` per statement in a pipeline costs psycopg several times the CPU.
+    PostgreSQL runs the expressions in no promised order: the writes are to disjoint
+    rows (one write-back per endpoint; the deletes and updates of received rows touch
+    rows that were there before the transaction's held-back inserts, since reading the
+    queue flushes them first), and two statements that write one table where an
+    INSERT's order counts are not put together (None).
+    """
+    from broker.storage.rows import write_back_rows  # rows imports this module
+
+    groups: list[tuple[Prepared, list[Any]]] = list(buffer.inserts.items())
+    if buffer.dirty:
+        groups.append(write_back_rows(list(buffer.dirty.values())))
+    if sum(len(rows) for _, rows in groups) > HELD_AS_ONE_MAX_ROWS:
+        return None
+    dialect = conn.dialect
+    compiled = [statement._compiled(dialect) for statement, _ in groups]
+    if then is not None and any(c.target == then[0].target for c in compiled):
+        return None
+    inserted = [c.target for c in compiled if c.values_row is not None]
+    if len(set(inserted)) < len(inserted) or any(
+            c.values_row is None and c.target is not None and c.target in inserted for c in compiled):
+        return None  # the order of writes to one table from two statements would be lost
+    buffer.inserts = {}
+    buffer.dirty.clear()
+    key = tuple((id(c), len(rows)) for c, (_, rows) in zip(compiled, groups, strict=True))
+    if then is not None:
+        key += ((id(then[0]), -1),)
+    parameters: dict[str, Any] = {}
+    for g, (c, (_, rows)) in enumerate(zip(compiled, groups, strict=True)):
+        for r, values in enumerate(rows):
+            prefix = f"w{g}_{r}_"
+            for name, value in c.parameters(values).items():  # type: ignore[union-attr]
+                parameters[prefix + name] = value
+    if then is not None:
+        for name, value in then[1].items():
+            parameters["then_" + name] = value
+    sql = _held_sql.get(key)
+    if sql is None:
+        parts, read = [], []
+        for g, (c, (_, rows)) in enumerate(zip(compiled, groups, strict=True)):
+            if c.values_row is not None:  # one INSERT, its rows in order
+                head, row, tail = c.values_row
+                listed = ", ".join(row.replace("%(", f"%(w{g}_{r}_") for r in range(len(rows)))
+                parts.append(f"w{g} AS ({head}{listed}{tail})")
+                continue
+            for r in range(len(rows)):
+                name = f"w{g}_{r}"
+                parts.append(f"{name} AS ({c.sql.replace('%(', '%(' + name + '_')})")
+                if c.reads:
+                    read.append(name)
+        if then is None:
+            result = "1"
+        else:
+            parts.append(f"w_then AS ({then[0].sql.replace('%(', '%(then_')} RETURNING 1)")
+            result = "(SELECT count(*) FROM w_then)"
+        sql = "WITH " + ", ".join(parts) + f" SELECT {result}" + (" FROM " + ", ".join(read) if read else "")
+        if len(_held_sql) < 1024:
+            _held_sql[key] = sql
+    return sql, parameters

@@ -63,6 +63,7 @@ def wait_for_queue(
     deadline: float,
     dbapi_connection: Any | None,
     probe: Callable[[], bool],
+    since: int | None = None,
 ) -> None:
     """Return when ``probe()`` may be true or at ``deadline`` (a ``time.monotonic()``).
 
@@ -70,10 +71,11 @@ def wait_for_queue(
     queue, so a commit in between wakes it at once.
 
     ``dbapi_connection`` is an idle SQLite connection (no open transaction) used to
-    watch ``PRAGMA data_version``; None where commits by other processes are signalled
-    to the notifier by the backend itself.
+    watch ``PRAGMA data_version`` (from ``since``, read with ``seen``, or else from now);
+    None where commits by other processes are signalled to the notifier by the backend
+    itself.
     """
-    version = _data_version(dbapi_connection)
+    version = _data_version(dbapi_connection) if since is None else since
     pause = FIRST_CHECK_S
     while True:
         remaining = deadline - time.monotonic()
@@ -98,3 +100,22 @@ def _data_version(dbapi_connection: Any | None) -> int | None:
     if dbapi_connection is None:
         return None
     return int(dbapi_connection.execute("PRAGMA data_version").fetchone()[0])
+
+
+class CommitWatch:
+    """Waits for any commit to a database, by this process or another (the runtime's).
+
+    ``mark()`` before looking at the database, ``wait(mark, deadline)`` after: a commit
+    made in between ends the wait at once.
+    """
+
+    def __init__(self, notifier: QueueNotifier, dbapi_connection: Any | None) -> None:
+        self._notifier = notifier
+        self._dbapi = dbapi_connection
+
+    def mark(self) -> tuple[int, int | None]:
+        return self._notifier.counter(ANY_QUEUE), _data_version(self._dbapi)
+
+    def wait(self, mark: tuple[int, int | None], deadline: float) -> None:
+        seen, version = mark
+        wait_for_queue(self._notifier, ANY_QUEUE, seen, deadline, self._dbapi, lambda: True, since=version)

@@ -1,0 +1,249 @@
+"""Group commit on SQLite: small broker transactions of several threads share one
+physical commit.
+
+Every commit on SQLite pays a ``fsync`` of the WAL (``synchronous=FULL``), and SQLite
+runs one writer at a time anyway. So the broker's own transactions on one database in
+one process run on one shared connection, in turn (in arrival order), and each is a
+*member* of the physical transaction open on it:
+
+* The first member begins it (``BEGIN IMMEDIATE``, under the database's fair write
+  lock) and is alone in it until it commits; each later member runs inside a savepoint.
+* A member's rollback touches no one else: the first member's is the physical
+  rollback (there is no other member yet), a later one's ``ROLLBACK TO`` its savepoint.
+* A member's commit releases its savepoint; if another thread is waiting to run a
+  member, the turn goes to it and the committing thread waits. The physical ``COMMIT``
+  happens when no thread waits for a turn, or once the transaction holds
+  ``MAX_MEMBERS`` members or has been open for ``MAX_OPEN_S``, or when a member changed
+  the catalog, or when a writer outside the group (a joined session) waits for the
+  lock. Only then does each member's ``commit()`` return (or raise, if the physical
+  commit failed: its work is gone with the others').
+
+A single thread never finds anyone waiting, so its transactions commit one by one as
+before. A crash loses only members whose ``commit()`` had not returned. Isolation is
+what SQLite gives one writer: a member sees the members before it (they committed, as
+far as it can tell; if the physical commit fails, it fails with them).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.engine import Connection
+
+from broker.errors import BrokerError
+from broker.storage import pending
+from broker.storage.driver_errors import as_broker_error
+from broker.storage.write_lock import Turn, write_lock
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from broker.storage.backends import Backend
+
+# A physical transaction commits once it holds this many members ...
+MAX_MEMBERS = 64
+# ... or has been open this long, however many threads still wait.
+MAX_OPEN_S = 0.005
+_SAVEPOINT = "broker_member"
+
+
+def end_transaction(conn: Connection, *, commit: bool) -> None:
+    """Commit or roll back ``conn``'s transaction, wherever it began.
+
+    One begun on the driver (``Backend.begin_on_driver``) that SQLAlchemy never saw ends
+    on the driver, after the held-back writes (``broker.storage.pending``); once any
+    SQLAlchemy statement has run, SQLAlchemy has joined it and ends it.
+    """
+    if conn.in_transaction():
+        if not commit:
+            conn.rollback()
+            return
+        try:
+            conn.commit()
+        except BaseException:
+            conn.rollback()  # a failed commit leaves SQLAlchemy's transaction to be rolled back
+            raise
+        return
+    driver = conn.connection.dbapi_connection
+    assert driver is not None  # a checked-out connection always has one
+    if commit:
+        try:
+            pending.flush(conn)
+            driver.commit()
+        except BaseException:
+            driver.rollback()
+            pending.discard(conn)
+            raise
+    else:
+        driver.rollback()
+        pending.discard(conn)
+
+
+@dataclass(eq=False, slots=True)
+class _Physical:
+    """One physical transaction of the group and what its members wait for."""
+
+    began: float
+    changes_at_begin: int | None  # the connection's count of rows written, at BEGIN
+    members: int = 0  # members that committed into it
+    # Made by the first member to wait for the commit (most commits have none); set
+    # by whoever ends it, which can only be a later member: it holds the turn.
+    done: threading.Event | None = None
+    error: BaseException | None = None
+
+
+@dataclass(eq=False, slots=True)
+class Member:
+    """A broker transaction's place in the group: its connection, and whether it began
+    the physical transaction (else it runs in a savepoint)."""
+
+    conn: Connection
+    first: bool
+    physical: _Physical
+
+
+class WriteGroup:
+    """The shared connection of one database's broker transactions in this process, and
+    the turn among them (see the module doc)."""
+
+    def __init__(self, engine: Engine, backend: Backend) -> None:
+        self._engine = engine
+        self._backend = backend
+        self._mutex = threading.Lock()
+        # Held by the member running (or by the physical commit under way).
+        self._turn = Turn()
+        self._conn: Connection | None = None
+        self._physical: _Physical | None = None
+        # The database's write lock, whose queue tells of writers outside the group.
+        self._write_lock = write_lock(backend.database_key(engine))
+
+    @property
+    def waiting(self) -> int:
+        """Threads waiting for their turn to run a member."""
+        return self._turn.waiting
+
+    # -- a member's life ---------------------------------------------------------------
+
+    def join(self) -> Member:
+        """Wait for this thread's turn (error 1222 past the busy timeout) and run inside
+        the physical transaction, beginning it if none is open."""
+        self._take_turn()
+        try:
+            conn = self._connection()
+            if self._physical is None:
+                self._backend.begin_on_driver(conn)  # the database's write lock, then BEGIN IMMEDIATE
+                self._physical = _Physical(time.monotonic(), self._backend.changes(conn))
+                return Member(conn, True, self._physical)
+            _driver(conn).execute(f"SAVEPOINT {_SAVEPOINT}")
+            return Member(conn, False, self._physical)
+        except BaseException:
+            self._turn.release()
+            raise
+
+    def commit(self, member: Member, *, catalog_changed: bool) -> None:
+        """The member committed: keep its work (released savepoint) and return once the
+        physical commit holding it is durable; raise if that commit failed. The caller
+        has flushed the member's held-back writes (``pending.flush``): the next
+        member's begin would drop them."""
+        conn, physical = member.conn, member.physical
+        if not member.first:
+            _driver(conn).execute(f"RELEASE {_SAVEPOINT}")
+        physical.members += 1
+        if catalog_changed or self._must_commit(physical):
+            self._commit_physical(physical)
+        else:
+            with self._mutex:
+                done = physical.done = physical.done or threading.Event()
+            self._turn.release()
+            done.wait()
+        if physical.error is not None:
+            raise _reported(physical.error)
+
+    def rollback(self, member: Member) -> None:
+        """The member rolled back: undo its work only; the physical transaction goes on
+        for those before it (committed now if no one else waits)."""
+        conn, physical = member.conn, member.physical
+        if member.first:
+            try:
+                end_transaction(conn, commit=False)
+            finally:
+                self._backend.ended(conn)
+                self._close(physical, None)
+            return
+        pending.discard(conn)
+        driver = _driver(conn)
+        if not driver.in_transaction:  # SQLite rolled it all back (a full disk, an I/O error)
+            self._backend.ended(conn)
+            self._close(physical, BrokerError(3930, "The transaction was rolled back by the database, with those "
+                                                     "that committed in the same group commit."))
+            return
+        driver.execute(f"ROLLBACK TO {_SAVEPOINT}")
+        driver.execute(f"RELEASE {_SAVEPOINT}")
+        if self._must_commit(physical):  # the members before it wait for their commit
+            try:
+                self._commit_physical(physical)
+            except BrokerError:
+                pass  # the members who committed get the error; this one rolled back anyway
+        else:
+            self._turn.release()
+
+    # -- inside ------------------------------------------------------------------------
+
+    def _must_commit(self, physical: _Physical) -> bool:
+        return (not self._turn.waiting or physical.members >= MAX_MEMBERS
+                or time.monotonic() - physical.began >= MAX_OPEN_S
+                or self._write_lock.queued > 0)
+
+    def _commit_physical(self, physical: _Physical) -> None:
+        conn = self._connection()
+        error: BaseException | None = None
+        try:
+            end_transaction(conn, commit=True)
+        except BaseException as exc:  # noqa: BLE001 - handed to every member
+            error = exc
+        finally:
+            wrote = error is None and self._backend.changes(conn) != physical.changes_at_begin
+            self._backend.ended(conn, wrote=wrote)
+        self._close(physical, error)
+        if error is not None:
+            raise _reported(error)
+
+    def _close(self, physical: _Physical, error: BaseException | None) -> None:
+        """The physical transaction ended: wake its members, then the next thread."""
+        physical.error = error
+        self._physical = None
+        with self._mutex:
+            if physical.done is not None:
+                physical.done.set()
+        self._turn.release()
+
+    def _connection(self) -> Connection:
+        if self._conn is None or self._conn.closed or self._conn.invalidated:
+            self._conn = self._engine.connect()
+            pending.pending(self._conn).forget()
+        return self._conn
+
+    def _take_turn(self) -> None:
+        if not self._turn.acquire(self._backend.busy_timeout_s):
+            raise BrokerError(1222, f"Lock request time out period exceeded. (no turn to write within "
+                                    f"{self._backend.busy_timeout_s:g} s: another transaction of this process "
+                                    f"holds it)")
+
+    def close(self) -> None:
+        """Close the shared connection (no member may be running)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
+def _driver(conn: Connection) -> Any:
+    driver = conn.connection.dbapi_connection
+    assert driver is not None  # a checked-out connection always has one
+    return driver
+
+
+def _reported(error: BaseException) -> BaseException:
+    return error if isinstance(error, BrokerError) else as_broker_error(error)

@@ -25,6 +25,19 @@ def _notifier_for(key: str) -> QueueNotifier:
         return _notifiers.setdefault(key, QueueNotifier())
 
 
+# Connection.info key: the pool a kept connection came from (``checkout``).
+_POOL = "broker_pool"
+
+
+def _close_on_driver(conn: Connection) -> None:
+    """Close ``conn`` and its driver connection. Handed back to its pool instead, a
+    connection of a pool its engine has since disposed of (``Engine.dispose`` replaces the
+    pool) would stay open, unused, until garbage collection closes it."""
+    if not conn.closed:
+        conn.invalidate()
+        conn.close()
+
+
 class DatabaseState:
     """The engine, the cached catalog snapshot and the queue notifier of one database.
 
@@ -62,6 +75,7 @@ class DatabaseState:
         conn = self.engine.connect()
         # From the pool: whoever held it last may have changed anything through it.
         pending.pending(conn).forget()
+        conn.info[_POOL] = self.engine.pool
         return conn
 
     def checkin(self, conn: Connection) -> None:
@@ -70,7 +84,9 @@ class DatabaseState:
         # is invisible to SQLAlchemy: closing hands it to the pool, which rolls it back.
         reusable = (not conn.closed and not conn.invalidated and not conn.in_transaction()
                     and not getattr(conn.connection.dbapi_connection, "in_transaction", False))
-        if reusable and getattr(self._idle, "connection", None) is None:
+        if conn.info.get(_POOL) is not self.engine.pool:
+            _close_on_driver(conn)  # the engine was disposed while this thread used it
+        elif reusable and getattr(self._idle, "connection", None) is None:
             self._idle.connection = conn
             with self._lock:
                 self._kept.add(conn)
@@ -86,7 +102,7 @@ class DatabaseState:
         with self._lock:
             kept, self._kept = self._kept, set()
         for conn in kept:
-            conn.close()
+            _close_on_driver(conn)
 
     def catalog_for(self, conn: Connection, known_version: int | None = None) -> Catalog:
         """The snapshot valid for ``conn``'s transaction: one version read, or none when

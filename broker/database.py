@@ -6,6 +6,7 @@ import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -52,6 +53,11 @@ VIEW_COLUMN_TYPES: dict[str, Any] = {
     **{column: GUID() for column in _GUID_COLUMNS},
     **{column: UTCDateTime() for column in _TIME_COLUMNS},
 }
+
+
+# The transaction ``Broker.within`` lends to object verbs, with the database it belongs to.
+_ambient: ContextVar[tuple[DatabaseState, Transaction] | None] = ContextVar("broker_ambient_transaction",
+                                                                              default=None)
 
 
 def connect(url: str = "sqlite:///broker.db", *, upgrade: bool = True, **engine_options: Any) -> Broker:
@@ -115,7 +121,22 @@ class Broker:
         with _ended(tx, joined=False):
             yield tx
 
+    @contextmanager
+    def within(self, tx: Transaction) -> Iterator[None]:
+        """Run the object verbs called in the block (CREATE/ALTER/DROP ..., ALTER DATABASE)
+        in ``tx``, a transaction of this database, rather than each in its own: DDL inside
+        a script's BEGIN TRANSACTION commits or rolls back with it, as in SQL Server. (On
+        SQLite a verb's own transaction would wait for the write lock ``tx`` holds.)"""
+        token = _ambient.set((self._state, tx))
+        try:
+            yield
+        finally:
+            _ambient.reset(token)
+
     def _ddl(self, verb: Callable[[TxContext], T]) -> T:
+        ambient = _ambient.get()
+        if ambient is not None and ambient[0] is self._state:
+            return ambient[1].run(verb)
         with self.transaction() as tx:
             return tx.run(verb)
 

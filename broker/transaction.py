@@ -384,6 +384,12 @@ class Transaction:
             self._state.notifier.notify(self._ctx.touched_queues)
 
     @property
+    def doomed(self) -> bool:
+        """Whether an earlier failure doomed this transaction: it can only roll back
+        (T-SQL's XACT_STATE() = -1); ``commit`` raises 3930."""
+        return self._doomed
+
+    @property
     def connection(self) -> Connection:
         """The SQLAlchemy connection this transaction runs on (for application SQL).
 

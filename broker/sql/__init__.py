@@ -1,0 +1,1 @@
+"""Service Broker T-SQL: run SQL Server scripts against a broker database."""

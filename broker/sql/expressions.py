@@ -1,0 +1,424 @@
+"""Evaluating T-SQL expressions and conditions in Python.
+
+Variables, system variables (``@@ROWCOUNT``, ``@@TRANCOUNT``, ...), the scalar functions
+scripts use, CAST/CONVERT, CASE and the XML methods. A column is read from the current
+row: a RECEIVE's message or a row a SELECT fetched. Aggregates are not here: a SELECT
+that has them runs as SQL (``broker.sql.queries``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from broker.sql import nodes as n
+from broker.sql import values
+from broker.sql.errors import SqlError
+
+if TYPE_CHECKING:
+    from broker.sql.session import Session
+
+UNDECLARED = 137
+INVALID_COLUMN = 207
+UNKNOWN_FUNCTION = 195
+DIVIDE_BY_ZERO = 8134
+ARGUMENT_COUNT = 174
+SUBQUERY_ROWS = 512
+
+
+@dataclass
+class Scalar:
+    """A declared scalar variable: its type and value."""
+    type: n.TypeName
+    value: Any = None
+
+
+@dataclass
+class TableVariable:
+    """A declared table variable: its columns and rows."""
+    columns: list[tuple[str, n.TypeName]]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Scope:
+    """The variables of one batch (or one procedure call), by case-insensitive name."""
+
+    def __init__(self) -> None:
+        self.variables: dict[str, Scalar | TableVariable] = {}
+
+    def declare(self, name: str, variable: Scalar | TableVariable, line: int) -> None:
+        key = name.casefold()
+        if key in self.variables:
+            raise SqlError(134, f"The variable name '{name}' has already been declared. Variable names must be "
+                                "unique within a query batch or stored procedure.", line=line)
+        self.variables[key] = variable
+
+    def scalar(self, name: str) -> Scalar:
+        variable = self.variables.get(name.casefold())
+        if not isinstance(variable, Scalar):
+            raise SqlError(UNDECLARED, f'Must declare the scalar variable "{name}".')
+        return variable
+
+    def table(self, name: str) -> TableVariable:
+        variable = self.variables.get(name.casefold())
+        if not isinstance(variable, TableVariable):
+            raise SqlError(1087, f'Must declare the table variable "{name}".')
+        return variable
+
+    def assign(self, name: str, value: Any) -> None:
+        variable = self.scalar(name)
+        variable.value = values.convert(value, variable.type, declared=True)
+
+
+class Evaluator:
+    """Evaluates expressions for one session: its scope, its system variables and the row at hand."""
+
+    def __init__(self, session: Session, scope: Scope) -> None:
+        self.session = session
+        self.scope = scope
+
+    def value(self, expr: n.Expr, row: Mapping[str, Any] | None = None) -> Any:
+        method = getattr(self, "_" + type(expr).__name__.lower())
+        return method(expr, row)
+
+    def condition(self, expr: n.Expr, row: Mapping[str, Any] | None = None) -> bool:
+        return values.truth(self.value(expr, row))
+
+    # -- leaves ---------------------------------------------------------------------------
+
+    def _literal(self, expr: n.Literal, _row: Mapping[str, Any] | None) -> Any:
+        return expr.value
+
+    def _variable(self, expr: n.Variable, _row: Mapping[str, Any] | None) -> Any:
+        return self.scope.scalar(expr.name).value
+
+    def _systemvariable(self, expr: n.SystemVariable, _row: Mapping[str, Any] | None) -> Any:
+        return self.session.system_variable(expr.name)
+
+    def _column(self, expr: n.Column, row: Mapping[str, Any] | None) -> Any:
+        found, value = column_value(row, expr.parts)
+        if not found:
+            raise SqlError(INVALID_COLUMN, f"Invalid column name '{expr.parts[-1]}'.")
+        return value
+
+    # -- operators ------------------------------------------------------------------------
+
+    def _negate(self, expr: n.Negate, row: Mapping[str, Any] | None) -> Any:
+        operand = self.value(expr.operand, row)
+        return None if operand is None else -_number(operand)
+
+    def _arithmetic(self, expr: n.Arithmetic, row: Mapping[str, Any] | None) -> Any:
+        return arithmetic(expr.op, self.value(expr.left, row), self.value(expr.right, row))
+
+    def _compare(self, expr: n.Compare, row: Mapping[str, Any] | None) -> bool | None:
+        return values.compare(expr.op, self.value(expr.left, row), self.value(expr.right, row))
+
+    def _logical(self, expr: n.Logical, row: Mapping[str, Any] | None) -> bool | None:
+        left = self.value(expr.left, row)
+        if expr.op == "AND":
+            if left is False:
+                return False
+            right = self.value(expr.right, row)
+            if right is False:
+                return False
+            return None if left is None or right is None else True
+        if left is True:
+            return True
+        right = self.value(expr.right, row)
+        if right is True:
+            return True
+        return None if left is None or right is None else False
+
+    def _not(self, expr: n.Not, row: Mapping[str, Any] | None) -> bool | None:
+        operand = self.value(expr.operand, row)
+        return None if operand is None else not operand
+
+    def _isnull(self, expr: n.IsNull, row: Mapping[str, Any] | None) -> bool:
+        return (self.value(expr.operand, row) is None) != expr.negated
+
+    def _like(self, expr: n.Like, row: Mapping[str, Any] | None) -> bool | None:
+        result = values.like(self.value(expr.operand, row), self.value(expr.pattern, row))
+        return None if result is None else result != expr.negated
+
+    def _inlist(self, expr: n.InList, row: Mapping[str, Any] | None) -> bool | None:
+        operand = self.value(expr.operand, row)
+        outcomes = [values.compare("=", operand, self.value(item, row)) for item in expr.items]
+        result = True if True in outcomes else (None if None in outcomes else False)
+        return None if result is None else result != expr.negated
+
+    def _between(self, expr: n.Between, row: Mapping[str, Any] | None) -> bool | None:
+        operand = self.value(expr.operand, row)
+        low = values.compare(">=", operand, self.value(expr.low, row))
+        high = values.compare("<=", operand, self.value(expr.high, row))
+        result = None if low is None or high is None else (low and high)
+        return None if result is None else result != expr.negated
+
+    def _exists(self, expr: n.Exists, _row: Mapping[str, Any] | None) -> bool:
+        return bool(self.session.query_rows(expr.select, self.scope))
+
+    def _subquery(self, expr: n.Subquery, _row: Mapping[str, Any] | None) -> Any:
+        rows = self.session.query_rows(expr.select, self.scope)
+        if len(rows) > 1:
+            raise SqlError(SUBQUERY_ROWS, "Subquery returned more than 1 value. This is not permitted when the "
+                                          "subquery follows =, !=, <, <= , >, >= or when the subquery is used "
+                                          "as an expression.")
+        return next(iter(rows[0].values())) if rows else None
+
+    def _case(self, expr: n.Case, row: Mapping[str, Any] | None) -> Any:
+        subject = self.value(expr.subject, row) if expr.subject is not None else None
+        for when, result in expr.whens:
+            holds = (values.compare("=", subject, self.value(when, row)) if expr.subject is not None
+                     else self.value(when, row))
+            if holds is True:
+                return self.value(result, row)
+        return self.value(expr.default, row) if expr.default is not None else None
+
+    def _iif(self, expr: n.Iif, row: Mapping[str, Any] | None) -> Any:
+        return self.value(expr.then if self.condition(expr.condition, row) else expr.otherwise, row)
+
+    def _cast(self, expr: n.Cast, row: Mapping[str, Any] | None) -> Any:
+        operand = self.value(expr.operand, row)
+        if expr.lenient:
+            try:
+                return values.convert(operand, expr.type)
+            except SqlError:
+                return None
+        return values.convert(operand, expr.type)
+
+    def _method(self, expr: n.Method, row: Mapping[str, Any] | None) -> Any:
+        return self._xml_method(self.value(expr.target, row), expr.name, [self.value(a, row) for a in expr.args])
+
+    def _xml_method(self, target: Any, name: str, args: list[Any]) -> Any:
+        method = name.lower()
+        if method == "value" and len(args) == 2:
+            return values.xml_value(target, args[0], args[1])
+        if method == "query" and len(args) == 1:
+            return values.xml_query(target, args[0])
+        if method == "exist" and len(args) == 1:
+            return values.xml_exist(target, args[0])
+        raise SqlError(227, f'"{name}" is not a valid function, property, or field.')
+
+    def _call(self, expr: n.Call, row: Mapping[str, Any] | None) -> Any:
+        if len(expr.name) > 1:
+            # column.value(...) or @v.value(...) reads as a dotted call: a method on what the prefix names.
+            prefix, method = expr.name[:-1], expr.name[-1]
+            found, target = column_value(row, prefix)
+            if found:
+                return self._xml_method(target, method, [self.value(arg, row) for arg in expr.args])
+        name = expr.name[-1].upper()
+        if name in AGGREGATES and row is not None and aggregate_key(expr) in row:
+            return row[aggregate_key(expr)]  # computed for its group by the query
+        special = _LAZY.get(name)
+        if special is not None:
+            return special(self, expr, row)
+        function = _FUNCTIONS.get(name)
+        if function is None:
+            if name in AGGREGATES:
+                raise SqlError(UNKNOWN_FUNCTION, f"The aggregate {name} needs a FROM clause here.")
+            raise SqlError(UNKNOWN_FUNCTION, f"'{expr.name[-1]}' is not a recognized built-in function name.")
+        arity, body = function
+        args = [self.value(arg, row) for arg in expr.args]
+        if arity is not None and len(args) not in arity:
+            raise SqlError(ARGUMENT_COUNT, f"The {name.lower()} function requires {_arity_text(arity)} argument(s).")
+        return body(self.session, args)
+
+
+def column_value(row: Mapping[str, Any] | None, parts: tuple[str, ...]) -> tuple[bool, Any]:
+    """The value of ``[alias.]column`` in a row keyed by lower-case ``alias.column`` and ``column``."""
+    if row is None:
+        return False, None
+    key = ".".join(part.lower() for part in parts[-2:])
+    if key in row:
+        return True, row[key]
+    return False, None
+
+
+def _number(value: Any) -> Any:
+    if isinstance(value, (int, float, Decimal)):
+        return value
+    if isinstance(value, str):
+        try:
+            return values.convert(value, n.TypeName("BIGINT"))
+        except SqlError:
+            return values.convert(value, n.TypeName("DECIMAL"))
+    raise SqlError(8117, f"Operand data type {values.type_of(value)} is invalid for arithmetic operators.")
+
+
+def arithmetic(op: str, left: Any, right: Any) -> Any:
+    if left is None or right is None:
+        return None
+    if op == "+":
+        if isinstance(left, (str, values.Xml)) and isinstance(right, (str, values.Xml)):
+            return str(left) + str(right)
+        if isinstance(left, bytes) and isinstance(right, bytes):
+            return left + right
+        if isinstance(left, datetime) and isinstance(right, (int, float, Decimal)):
+            return left + timedelta(days=float(right))
+    a, b = _number(left), _number(right)
+    if isinstance(a, float) or isinstance(b, float):
+        a, b = float(a), float(b)
+    elif isinstance(a, Decimal) or isinstance(b, Decimal):
+        a, b = Decimal(a), Decimal(b)
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op == "*":
+        return a * b
+    if b == 0:
+        raise SqlError(DIVIDE_BY_ZERO, "Divide by zero error encountered.")
+    if op == "/":
+        if isinstance(a, int) and isinstance(b, int):
+            quotient = abs(a) // abs(b)
+            return quotient if (a >= 0) == (b >= 0) else -quotient
+        return a / b
+    if isinstance(a, int) and isinstance(b, int):
+        return a - b * int(a / b)
+    return a % b
+
+
+def _arity_text(arity: range) -> str:
+    return str(arity.start) if len(arity) == 1 else f"{arity.start} to {arity.stop - 1}"
+
+
+def _isnull(evaluator: Evaluator, expr: n.Call, row: Mapping[str, Any] | None) -> Any:
+    if len(expr.args) != 2:
+        raise SqlError(ARGUMENT_COUNT, "The isnull function requires 2 argument(s).")
+    first = evaluator.value(expr.args[0], row)
+    return first if first is not None else evaluator.value(expr.args[1], row)
+
+
+def _coalesce(evaluator: Evaluator, expr: n.Call, row: Mapping[str, Any] | None) -> Any:
+    if len(expr.args) < 2:
+        raise SqlError(189, "The coalesce function requires 2 to n arguments.")
+    for arg in expr.args:
+        value = evaluator.value(arg, row)
+        if value is not None:
+            return value
+    return None
+
+
+def _transmission_status(evaluator: Evaluator, expr: n.Call, row: Mapping[str, Any] | None) -> Any:
+    if len(expr.args) != 1:
+        raise SqlError(ARGUMENT_COUNT, "The get_transmission_status function requires 1 argument(s).")
+    return evaluator.session.transmission_status(evaluator.value(expr.args[0], row))
+
+
+_LAZY: dict[str, Callable[[Evaluator, n.Call, Mapping[str, Any] | None], Any]] = {
+    "ISNULL": _isnull,
+    "COALESCE": _coalesce,
+    "GET_TRANSMISSION_STATUS": _transmission_status,
+}
+
+
+def _text_or_none(function: Callable[..., Any]) -> Callable[[Session, list[Any]], Any]:
+    def run(_session: Session, args: list[Any]) -> Any:
+        if any(arg is None for arg in args):
+            return None
+        return function(*args)
+    return run
+
+
+def _s(value: Any) -> str:
+    return values.convert(value, n.TypeName("NVARCHAR", -1))  # type: ignore[no-any-return]
+
+
+def _substring(text: Any, start: Any, length: Any) -> str:
+    begin = int(start) - 1
+    end = begin + int(length)
+    return _s(text)[max(begin, 0):max(end, 0)]
+
+
+def _charindex(needle: Any, haystack: Any, start: Any = 1) -> int:
+    return _s(haystack).casefold().find(_s(needle).casefold(), max(int(start) - 1, 0)) + 1
+
+
+_DATE_PARTS = {"year": "years", "yy": "years", "yyyy": "years", "month": "months", "mm": "months", "m": "months",
+               "day": "days", "dd": "days", "d": "days", "hour": "hours", "hh": "hours", "minute": "minutes",
+               "mi": "minutes", "n": "minutes", "second": "seconds", "ss": "seconds", "s": "seconds",
+               "millisecond": "milliseconds", "ms": "milliseconds"}
+
+
+def _date_part(part: Any) -> str:
+    unit = _DATE_PARTS.get(str(part).lower())
+    if unit is None:
+        raise SqlError(155, f"'{part}' is not a recognized dateadd option.")
+    return unit
+
+
+def _dateadd(part: Any, amount: Any, moment: Any) -> datetime:
+    unit = _date_part(part)
+    start: datetime = values.convert(moment, n.TypeName("DATETIME"))
+    if unit in ("years", "months"):
+        months = int(amount) * (12 if unit == "years" else 1)
+        year, month = divmod(start.month - 1 + months, 12)
+        return start.replace(year=start.year + year, month=month + 1)
+    moved: datetime = start + timedelta(**{unit: float(amount)})
+    return moved
+
+
+def _datediff(part: Any, first: Any, second: Any) -> int:
+    unit = _date_part(part)
+    a = values.convert(first, n.TypeName("DATETIME"))
+    b = values.convert(second, n.TypeName("DATETIME"))
+    if unit == "years":
+        return int(b.year - a.year)
+    if unit == "months":
+        return int((b.year - a.year) * 12 + b.month - a.month)
+    seconds = {"days": 86400, "hours": 3600, "minutes": 60, "seconds": 1, "milliseconds": 0.001}[unit]
+    return int((b - a).total_seconds() // seconds)
+
+
+def _session_value(read: Callable[[Session], Any]) -> Callable[[Session, list[Any]], Any]:
+    return lambda session, _args: read(session)
+
+
+_NONE = range(0, 1)
+_ONE = range(1, 2)
+_TWO = range(2, 3)
+AGGREGATES = {"COUNT", "SUM", "MIN", "MAX", "AVG", "COUNT_BIG"}
+
+
+def aggregate_key(call: n.Call) -> str:
+    """Where a grouped row keeps the value of one aggregate call of its query."""
+    return f"#aggregate{id(call)}"
+
+_FUNCTIONS: dict[str, tuple[range | None, Callable[[Session, list[Any]], Any]]] = {
+    "NEWID": (_NONE, lambda _s_, _a: uuid.uuid4()),
+    "GETDATE": (_NONE, lambda _s_, _a: values.now()),
+    "SYSDATETIME": (_NONE, lambda _s_, _a: values.now()),
+    "CURRENT_TIMESTAMP": (_NONE, lambda _s_, _a: values.now()),
+    "GETUTCDATE": (_NONE, lambda _s_, _a: values.utc_now()),
+    "SYSUTCDATETIME": (_NONE, lambda _s_, _a: values.utc_now()),
+    "LEN": (_ONE, _text_or_none(lambda v: len(_s(v).rstrip()))),
+    "DATALENGTH": (_ONE, _text_or_none(lambda v: len(values.convert(v, n.TypeName("VARBINARY", -1))))),
+    "UPPER": (_ONE, _text_or_none(lambda v: _s(v).upper())),
+    "LOWER": (_ONE, _text_or_none(lambda v: _s(v).lower())),
+    "LTRIM": (_ONE, _text_or_none(lambda v: _s(v).lstrip(" "))),
+    "RTRIM": (_ONE, _text_or_none(lambda v: _s(v).rstrip(" "))),
+    "TRIM": (_ONE, _text_or_none(lambda v: _s(v).strip(" "))),
+    "LEFT": (_TWO, _text_or_none(lambda v, k: _s(v)[:max(int(k), 0)])),
+    "RIGHT": (_TWO, _text_or_none(lambda v, k: _s(v)[-int(k):] if int(k) > 0 else "")),
+    "SUBSTRING": (range(3, 4), _text_or_none(_substring)),
+    "REPLACE": (range(3, 4), _text_or_none(lambda v, a, b: _s(v).replace(_s(a), _s(b)))),
+    "CHARINDEX": (range(2, 4), _text_or_none(_charindex)),
+    "REPLICATE": (_TWO, _text_or_none(lambda v, k: _s(v) * max(int(k), 0))),
+    "CONCAT": (range(2, 255), lambda _s_, args: "".join(_s(arg) for arg in args if arg is not None)),
+    "ABS": (_ONE, _text_or_none(lambda v: abs(_number(v)))),
+    "NULLIF": (_TWO, lambda _s_, args: None if values.compare("=", args[0], args[1]) else args[0]),
+    "DATEADD": (range(3, 4), _text_or_none(_dateadd)),
+    "DATEDIFF": (range(3, 4), _text_or_none(_datediff)),
+    "ERROR_NUMBER": (_NONE, _session_value(lambda s: s.caught("number"))),
+    "ERROR_MESSAGE": (_NONE, _session_value(lambda s: s.caught("message"))),
+    "ERROR_SEVERITY": (_NONE, _session_value(lambda s: s.caught("level"))),
+    "ERROR_STATE": (_NONE, _session_value(lambda s: s.caught("state"))),
+    "ERROR_LINE": (_NONE, _session_value(lambda s: s.caught("line"))),
+    "ERROR_PROCEDURE": (_NONE, _session_value(lambda s: s.caught("procedure"))),
+    "XACT_STATE": (_NONE, _session_value(lambda s: s.xact_state())),
+    "DB_NAME": (range(0, 2), _session_value(lambda s: s.database_name)),
+    "SCOPE_IDENTITY": (_NONE, lambda _s_, _a: None),
+}

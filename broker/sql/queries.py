@@ -1,0 +1,338 @@
+"""SELECT over queues, catalog views, table variables and the database's own tables,
+and the column lists of RECEIVE.
+
+Each source is read whole in the statement's transaction (a queue through its view, a
+catalog view through ``sys.*``), then joined, filtered, grouped, ordered and projected
+here, with the same expression evaluator every other statement uses: ``.value()`` on a
+message body, CAST to XML and the like work in every clause, on every backend, with T-SQL's
+rules (case-insensitive comparison, NULL as unknown). Scripts read small result sets;
+a large queue is better read through ``broker peek`` or the Python API.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import text
+
+from broker.conversations.messages import Message
+from broker.database import CATALOG_VIEWS, VIEW_COLUMN_TYPES
+from broker.sql import nodes as n
+from broker.sql import values
+from broker.sql.errors import SqlError
+from broker.sql.expressions import AGGREGATES, Evaluator, aggregate_key
+from broker.storage.types import UTCDateTime
+
+if TYPE_CHECKING:
+    from broker.database import Broker
+    from broker.storage.context import TxContext
+    from broker.transaction import Transaction
+
+INVALID_OBJECT = 208
+ASSIGN_AND_RETRIEVE = 141
+NOT_IN_GROUP = 8120
+RECEIVE_ASSIGN_AND_RETRIEVE = 8447
+RECEIVE_ASSIGN_INTO = 8450
+
+QUEUE_COLUMNS = tuple(field.name for field in dataclasses.fields(Message))
+_COLUMN_TYPES = {**VIEW_COLUMN_TYPES, "message_enqueue_time": UTCDateTime()}
+_PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+Projected = tuple[tuple[str, ...], list[tuple[Any, ...]], list[tuple[str, str]]]
+Row = dict[str, Any]
+
+
+# -- RECEIVE ------------------------------------------------------------------------------
+
+
+def project_messages(items: list[n.SelectItem], messages: list[Message], evaluator: Evaluator,
+                     into: str | None) -> Projected:
+    """A RECEIVE's column list over the messages it took: (columns, rows, assignments)."""
+    assigning = [item for item in items if item.variable is not None]
+    if assigning and len(assigning) != len(items):
+        raise SqlError(RECEIVE_ASSIGN_AND_RETRIEVE, "A RECEIVE statement that assigns a value to a variable must "
+                                                    "not be combined with data retrieval operations.")
+    if assigning and into is not None:
+        raise SqlError(RECEIVE_ASSIGN_INTO, "A RECEIVE statement that assigns a value to a variable must not "
+                                            "have an INTO clause.")
+    rows = [_message_row(message) for message in messages]
+    columns, projected = _project(items, rows, evaluator, QUEUE_COLUMNS)
+    assignments = [(item.variable, item.operator) for item in assigning if item.variable is not None]
+    return columns, projected, assignments
+
+
+def _message_row(message: Message) -> Row:
+    return {name: getattr(message, name) for name in QUEUE_COLUMNS}
+
+
+# -- SELECT -------------------------------------------------------------------------------
+
+
+def run_select_statement(tx: Transaction, db: Broker, select: n.Select, evaluator: Evaluator) -> Projected:
+    """A SELECT statement: its result set, or the values it assigns to variables."""
+    assigning = [item for item in select.items if item.variable is not None]
+    if assigning and len(assigning) != len(select.items):
+        raise SqlError(ASSIGN_AND_RETRIEVE, "A SELECT statement that assigns a value to a variable must not be "
+                                            "combined with data-retrieval operations.")
+    columns, rows = _evaluate(tx, db, select, evaluator)
+    assignments = [(item.variable, item.operator) for item in assigning if item.variable is not None]
+    return columns, rows, assignments
+
+
+def run_select(tx: Transaction, db: Broker, select: n.Select, evaluator: Evaluator) -> tuple[tuple[str, ...],
+                                                                                            list[Row]]:
+    """A SELECT used as a subquery or in EXISTS: its rows as dicts by column name."""
+    columns, rows = _evaluate(tx, db, select, evaluator)
+    return columns, [dict(zip(columns, row, strict=True)) for row in rows]
+
+
+def _evaluate(tx: Transaction, db: Broker, select: n.Select, evaluator: Evaluator) -> tuple[tuple[str, ...],
+                                                                                          list[tuple[Any, ...]]]:
+    rows, names = _from(tx, db, select.sources, evaluator)
+    if select.where is not None:
+        rows = [row for row in rows if evaluator.condition(select.where, row)]
+    if select.group_by or _has_aggregate(select):
+        rows = _group(select, rows, evaluator)
+    columns, projected = _project(select.items, rows, evaluator, names)
+    if select.order_by:
+        projected = _order(select, columns, rows, projected, evaluator)
+    if select.distinct:
+        projected = _distinct(projected)
+    if select.top is not None:
+        count = values.convert(evaluator.value(select.top), n.TypeName("BIGINT"))
+        if count is None or count < 0:
+            raise SqlError(1060, "The number of rows in the TOP clause must be an integer.")
+        projected = projected[:count]
+    return columns, projected
+
+
+def _from(tx: Transaction, db: Broker, sources: list[n.FromItem], evaluator: Evaluator) -> tuple[list[Row],
+                                                                                                tuple[str, ...]]:
+    """The joined rows of the FROM clause, keyed ``alias.column`` and ``column``; no FROM: one empty row."""
+    if not sources:
+        return [{}], ()
+    rows: list[Row] | None = None
+    names: list[str] = []
+    for item in sources:
+        joined, columns = _source(tx, db, item.source, evaluator)
+        names += columns
+        for join in item.joins:
+            right, right_columns = _source(tx, db, join.source, evaluator)
+            names += right_columns
+            joined = _join(joined, right, right_columns, join, evaluator)
+        rows = joined if rows is None else [{**left, **row} for left in rows for row in joined]
+    return rows or [], tuple(names)
+
+
+def _join(left: list[Row], right: list[Row], right_columns: list[str], join: n.Join,
+          evaluator: Evaluator) -> list[Row]:
+    result: list[Row] = []
+    empty = {key: None for row in right[:1] for key in row}
+    for row in left:
+        matched = False
+        for other in right:
+            combined = {**row, **other}
+            if join.condition is None or evaluator.condition(join.condition, combined):
+                result.append(combined)
+                matched = True
+        if not matched and join.kind == "LEFT":
+            result.append({**row, **(empty or {column: None for column in right_columns})})
+    return result
+
+
+def _source(tx: Transaction, db: Broker, source: n.TableSource, evaluator: Evaluator) -> tuple[list[Row], list[str]]:
+    if source.derived is not None:
+        names, derived = _evaluate(tx, db, source.derived, evaluator)
+        plain = [dict(zip(names, row, strict=True)) for row in derived]
+        return [_keyed(row, source.alias) for row in plain], list(names)
+    if source.variable is not None:
+        table = evaluator.scope.table(source.variable)
+        declared = [name for name, _type in table.columns]
+        return [_keyed(row, source.alias or source.variable) for row in table.rows], declared
+    assert source.name is not None
+    sql_name, alias = _sql_name(tx, db, source.name)
+    columns, rows = tx.read(lambda ctx: _read_all(ctx, sql_name))
+    return [_keyed(row, source.alias or alias) for row in rows], columns
+
+
+def _read_all(ctx: TxContext, sql_name: str) -> tuple[list[str], list[Row]]:
+    query = text(f"SELECT * FROM {sql_name}").columns(**_COLUMN_TYPES)
+    result = ctx.conn.execute(query)
+    columns = list(result.keys())
+    return columns, [dict(zip(columns, row, strict=True)) for row in result]
+
+
+def _keyed(row: Mapping[str, Any], alias: str | None) -> Row:
+    keyed = {name.lower(): value for name, value in row.items()}
+    if alias:
+        keyed.update({f"{alias.lower()}.{name.lower()}": value for name, value in row.items()})
+    return keyed
+
+
+def _sql_name(tx: Transaction, db: Broker, name: tuple[str, ...]) -> tuple[str, str]:
+    """The SQL name of a catalog view, a queue's view or a table, and its default alias."""
+    parts = [part for part in name if part]
+    last = parts[-1]
+    backend = db.state.backend
+    quote = db.engine.dialect.identifier_preparer.quote_identifier
+    if len(parts) >= 2 and parts[-2].lower() == "sys":
+        if last.lower() not in CATALOG_VIEWS:
+            raise SqlError(INVALID_OBJECT, f"Invalid object name '{'.'.join(name)}'.")
+        return backend.catalog_view(last.lower()), last
+    queue = tx.read(lambda ctx: ctx.catalog.queue_named(last))
+    if queue is not None:
+        return quote(backend.queue_view_name(queue.name, queue.id)), last
+    if _PLAIN_NAME.match(last) is None:
+        raise SqlError(INVALID_OBJECT, f"Invalid object name '{'.'.join(name)}'.")
+    exists = tx.read(lambda ctx: backend.object_name_taken(ctx.conn, last))
+    if not exists:
+        raise SqlError(INVALID_OBJECT, f"Invalid object name '{'.'.join(name)}'.")
+    return quote(last), last
+
+
+# -- grouping -----------------------------------------------------------------------------
+
+
+def _aggregates(expr: Any) -> Iterable[n.Call]:
+    """The aggregate calls in an expression (not inside a subquery)."""
+    if isinstance(expr, n.Call) and expr.name[-1].upper() in AGGREGATES:
+        yield expr
+        return
+    if isinstance(expr, (n.Subquery, n.Exists)) or not dataclasses.is_dataclass(expr):
+        return
+    for field in dataclasses.fields(expr):
+        value = getattr(expr, field.name)
+        children = value if isinstance(value, tuple) else (value,)
+        for child in children:
+            if isinstance(child, tuple):
+                for inner in child:
+                    yield from _aggregates(inner)
+            elif isinstance(child, n.Expr):
+                yield from _aggregates(child)
+
+
+def _has_aggregate(select: n.Select) -> bool:
+    expressions = [item.expr for item in select.items] + [expr for expr, _ in select.order_by] + [select.having]
+    return any(True for expr in expressions for _ in _aggregates(expr))
+
+
+def _group(select: n.Select, rows: list[Row], evaluator: Evaluator) -> list[Row]:
+    """One row per group, carrying the values of its aggregate calls."""
+    groups: dict[tuple[Any, ...], list[Row]] = {}
+    for row in rows:
+        key = tuple(_group_key(evaluator.value(expr, row)) for expr in select.group_by)
+        groups.setdefault(key, []).append(row)
+    if not select.group_by and not groups:
+        groups[()] = []  # an aggregate over no rows still gives one row
+    calls = [call for item in select.items for call in _aggregates(item.expr)]
+    calls += [call for expr, _ in select.order_by for call in _aggregates(expr)]
+    calls += list(_aggregates(select.having))
+    result = []
+    for members in groups.values():
+        row = dict(members[0]) if members else {}
+        for call in calls:
+            row[aggregate_key(call)] = _aggregate(call, members, evaluator)
+        if select.having is None or evaluator.condition(select.having, row):
+            result.append(row)
+    return result
+
+
+def _group_key(value: Any) -> Any:
+    return value.rstrip().casefold() if isinstance(value, str) else value
+
+
+def _aggregate(call: n.Call, rows: list[Row], evaluator: Evaluator) -> Any:
+    name = call.name[-1].upper()
+    if call.star:
+        return len(rows)
+    if len(call.args) != 1:
+        raise SqlError(174, f"The {name.lower()} function requires 1 argument(s).")
+    found = [value for row in rows if (value := evaluator.value(call.args[0], row)) is not None]
+    if call.distinct:
+        found = list({_group_key(value): value for value in found}.values())
+    if name in ("COUNT", "COUNT_BIG"):
+        return len(found)
+    if not found:
+        return None
+    if name == "SUM":
+        return sum(found)
+    if name == "AVG":
+        total = sum(found)
+        return total // len(found) if isinstance(total, int) else total / len(found)
+    ordered = sorted(found, key=functools.cmp_to_key(_compare))
+    return ordered[0] if name == "MIN" else ordered[-1]
+
+
+# -- projection and order -----------------------------------------------------------------
+
+
+def _project(items: list[n.SelectItem], rows: list[Row], evaluator: Evaluator,
+             names: Iterable[str]) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
+    columns: list[str] = []
+    plan: list[tuple[str, n.Expr]] = []
+    for item in items:
+        if item.expr is None:
+            prefix = f"{item.table.lower()}." if item.table else ""
+            for name in dict.fromkeys(names):
+                if item.table and not any(f"{prefix}{name.lower()}" in row for row in rows[:1]):
+                    continue
+                columns.append(name)
+                plan.append((name, n.Column((item.table, name) if item.table else (name,))))
+            continue
+        label = item.alias or (item.expr.parts[-1] if isinstance(item.expr, n.Column) else "")
+        columns.append(label)
+        plan.append((label, item.expr))
+    projected = [tuple(evaluator.value(expr, row) for _, expr in plan) for row in rows]
+    return tuple(columns), projected
+
+
+def _order(select: n.Select, columns: tuple[str, ...], rows: list[Row], projected: list[tuple[Any, ...]],
+           evaluator: Evaluator) -> list[tuple[Any, ...]]:
+    aliases = {column.lower(): index for index, column in enumerate(columns) if column}
+
+    def keys(pair: tuple[Row, tuple[Any, ...]]) -> list[Any]:
+        row, out = pair
+        found = []
+        for expr, _descending in select.order_by:
+            if isinstance(expr, n.Literal) and isinstance(expr.value, int):
+                if not 1 <= expr.value <= len(out):
+                    raise SqlError(108, f"The ORDER BY position number {expr.value} is out of range of the number "
+                                        "of items in the select list.")
+                found.append(out[expr.value - 1])
+            elif isinstance(expr, n.Column) and len(expr.parts) == 1 and expr.parts[0].lower() in aliases:
+                found.append(out[aliases[expr.parts[0].lower()]])
+            else:
+                found.append(evaluator.value(expr, row))
+        return found
+
+    keyed = [(keys(pair), pair[1]) for pair in zip(rows, projected, strict=True)]
+    directions = [descending for _, descending in select.order_by]
+
+    def compare(a: tuple[list[Any], Any], b: tuple[list[Any], Any]) -> int:
+        for left, right, descending in zip(a[0], b[0], directions, strict=True):
+            outcome = _compare(left, right)
+            if outcome:
+                return -outcome if descending else outcome
+        return 0
+
+    return [out for _, out in sorted(keyed, key=functools.cmp_to_key(compare))]
+
+
+def _compare(left: Any, right: Any) -> int:
+    """Ordering as SQL Server sorts: NULL first, then by value."""
+    if left is None or right is None:
+        return (left is not None) - (right is not None)
+    if values.compare("<", left, right):
+        return -1
+    return 1 if values.compare(">", left, right) else 0
+
+
+def _distinct(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    seen: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    for row in rows:
+        seen.setdefault(tuple(_group_key(value) for value in row), row)
+    return list(seen.values())

@@ -1,0 +1,612 @@
+"""Running T-SQL scripts: batches, variables, control flow, transactions and errors.
+
+A :class:`Session` is one connection's worth of state, as ``sqlcmd`` has: the open
+transaction (``@@TRANCOUNT``) outlives a batch, variables do not. Each statement runs
+through the public verbs (``Broker`` for objects, ``Transaction`` for conversations), so
+the front end adds no semantics of its own.
+
+Transactions: a statement outside BEGIN TRANSACTION runs in a transaction of its own
+(autocommit). Inside one, every statement, DDL included, joins it. An error ends its
+batch (a TRY block catches it first); a transaction it leaves open stays open for the
+next batch, and the end of the script (``close``) rolls it back.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote as url_unquote
+
+from broker.errors import BrokerError
+from broker.sql import nodes as n
+from broker.sql import values
+from broker.sql.batches import split_batches
+from broker.sql.errors import BreakLoop, ContinueLoop, ReturnFromBatch, SqlError
+from broker.sql.expressions import Evaluator, Scalar, Scope, TableVariable
+from broker.sql.outputs import Failed, Output, Printed, ResultSet, RowsAffected
+from broker.sql.parser import parse_batch
+
+if TYPE_CHECKING:
+    from broker.database import Broker
+    from broker.transaction import Transaction
+
+NO_BEGIN_FOR_COMMIT = 3902
+NO_BEGIN_FOR_ROLLBACK = 3903
+NOT_FIRST_IN_BATCH = 111
+NO_PROCEDURE = 2812
+NO_DATABASE = 911
+UNSUPPORTED = 40517
+ASSIGN_AND_RETRIEVE = 141
+TOO_MANY_ARGUMENTS = 8144
+MISSING_PARAMETER = 201
+USER_ERROR = 50000
+
+
+class Session:
+    """One T-SQL session on a broker database.
+
+    ``on_output`` is called with every result set, message and error as it happens, so a
+    PRINT shows before a later WAITFOR returns; ``run`` also returns them. ``instance``
+    (a ``broker.Instance``) lets USE switch between its databases.
+    """
+
+    def __init__(self, db: Broker, *, on_output: Callable[[Output], None] | None = None,
+                 instance: Any | None = None, database_name: str | None = None) -> None:
+        self.db = db
+        self.instance = instance
+        self.database_name: str = database_name or _database_name(db)
+        self._on_output = on_output
+        self._outputs: list[Output] = []
+        self._tx: Transaction | None = None
+        self.trancount = 0
+        self.rowcount = 0
+        self.last_error = 0
+        self.nocount = False
+        self._caught: list[SqlError] = []
+        self._procedures: dict[str, n.CreateProcedure] = {}
+        self._procedure_name: str | None = None
+
+    # -- running scripts ----------------------------------------------------------------
+
+    def run(self, script: str) -> list[Output]:
+        """Run every batch of ``script`` (split on GO lines); the outputs, in order. A
+        batch that fails yields a :class:`Failed` and the next batch still runs."""
+        start = len(self._outputs)
+        for batch in split_batches(script):
+            for _ in range(batch.count):
+                if not self.run_batch(batch.text, batch.line):
+                    break
+        produced = self._outputs[start:]
+        del self._outputs[start:]
+        return produced
+
+    def run_batch(self, text: str, first_line: int = 1) -> bool:
+        """Parse and run one batch; False when it failed (the failure is an output)."""
+        try:
+            statements = parse_batch(text, first_line)
+            _check_procedure_first(statements)
+            self._run_list(statements, Scope())
+        except ReturnFromBatch:
+            pass
+        except SqlError as error:
+            self.last_error = error.number
+            self._emit(Failed(error))
+            return False
+        return True
+
+    def close(self) -> None:
+        """The script has ended: an open transaction is rolled back, as when sqlcmd disconnects."""
+        if self._tx is not None:
+            tx, self._tx = self._tx, None
+            self.trancount = 0
+            tx.rollback()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def _emit(self, output: Output) -> None:
+        self._outputs.append(output)
+        if self._on_output is not None:
+            self._on_output(output)
+
+    # -- values the expressions read ------------------------------------------------------
+
+    def system_variable(self, name: str) -> Any:
+        readers: dict[str, Callable[[], Any]] = {
+            "@@ROWCOUNT": lambda: self.rowcount,
+            "@@TRANCOUNT": lambda: self.trancount,
+            "@@ERROR": lambda: self.last_error,
+            "@@SPID": lambda: 1,
+            "@@SERVERNAME": lambda: "servicebroker",
+            "@@VERSION": lambda: "servicebroker (SQL Server Service Broker in Python)",
+            "@@MAX_PRECISION": lambda: 38,
+        }
+        reader = readers.get(name)
+        if reader is None:
+            raise SqlError(137, f'Must declare the scalar variable "{name}".')
+        return reader()
+
+    def caught(self, field: str) -> Any:
+        """ERROR_NUMBER() and its kin: the error the innermost CATCH block handles (NULL outside one)."""
+        if not self._caught:
+            return None
+        error = self._caught[-1]
+        return {"number": error.number, "message": error.message, "level": error.level, "state": error.state,
+                "line": error.line, "procedure": error.procedure}[field]
+
+    def xact_state(self) -> int:
+        if self._tx is None:
+            return 0
+        return -1 if self._tx.doomed else 1
+
+    def transmission_status(self, handle: Any) -> str:
+        status: str = self._in_transaction(lambda tx: tx.get_transmission_status(handle), reading=True)
+        return status
+
+    def query_rows(self, select: n.Select, scope: Scope) -> list[dict[str, Any]]:
+        """The rows of a SELECT used as a subquery or in EXISTS."""
+        from broker.sql.queries import run_select
+        _columns, rows = self._in_transaction(lambda tx: run_select(tx, self.db, select, Evaluator(self, scope)),
+                                              reading=True)
+        return list(rows)
+
+    # -- transactions ---------------------------------------------------------------------
+
+    def _in_transaction(self, work: Callable[[Transaction], Any], *, reading: bool = False) -> Any:
+        """Run ``work`` in the open transaction, or in one of its own (autocommit; a
+        snapshot when it only reads)."""
+        if self._tx is not None:
+            with self.db.within(self._tx):
+                return work(self._tx)
+        opened = self.db.snapshot() if reading else self.db.transaction()
+        with opened as tx, self.db.within(tx):
+            return work(tx)
+
+    def _begin(self) -> None:
+        if self._tx is None:
+            from broker.transaction import Transaction
+            self._tx = Transaction(self.db.state)
+        self.trancount += 1
+
+    def _commit(self) -> None:
+        if self._tx is None:
+            raise SqlError(NO_BEGIN_FOR_COMMIT, "The COMMIT TRANSACTION request has no corresponding "
+                                                "BEGIN TRANSACTION.")
+        self.trancount -= 1
+        if self.trancount == 0:
+            tx, self._tx = self._tx, None
+            tx.commit()
+
+    def _rollback(self, savepoint: str | None) -> None:
+        if self._tx is None:
+            raise SqlError(NO_BEGIN_FOR_ROLLBACK, "The ROLLBACK TRANSACTION request has no corresponding "
+                                                  "BEGIN TRANSACTION.")
+        if savepoint is not None and not savepoint.startswith("@"):
+            raise SqlError(UNSUPPORTED, f"ROLLBACK TRANSACTION {savepoint}: savepoints are not supported; "
+                                        "ROLLBACK TRANSACTION rolls back the whole transaction.")
+        tx, self._tx = self._tx, None
+        self.trancount = 0
+        tx.rollback()
+
+    # -- statements -----------------------------------------------------------------------
+
+    def _run_list(self, statements: list[n.Statement], scope: Scope) -> None:
+        for statement in statements:
+            self._run(statement, scope)
+
+    def _run(self, statement: n.Statement, scope: Scope) -> None:
+        try:
+            getattr(self, "_" + type(statement).__name__.lower())(statement, Evaluator(self, scope), scope)
+        except SqlError as error:
+            if not error.line:
+                error.line = statement.line
+            if self._procedure_name and not error.procedure:
+                error.procedure = self._procedure_name
+            raise
+        except BrokerError as error:
+            raise SqlError.of(error, statement.line, self._procedure_name) from None
+
+    def _block(self, statement: n.Block, _evaluator: Evaluator, scope: Scope) -> None:
+        self._run_list(statement.body, scope)
+
+    def _declare(self, statement: n.Declare, evaluator: Evaluator, scope: Scope) -> None:
+        for name, type_name, initial in statement.variables:
+            values.check_type(type_name, statement.line)
+            variable = Scalar(type_name)
+            scope.declare(name, variable, statement.line)
+            if initial is not None:
+                variable.value = values.convert(evaluator.value(initial), type_name, declared=True)
+        for name, columns in statement.tables:
+            for _column, type_name in columns:
+                values.check_type(type_name, statement.line)
+            scope.declare(name, TableVariable(columns), statement.line)
+
+    def _setvariable(self, statement: n.SetVariable, evaluator: Evaluator, scope: Scope) -> None:
+        value = evaluator.value(statement.value)
+        if statement.operator != "=":
+            from broker.sql.expressions import arithmetic
+            value = arithmetic(statement.operator[0], scope.scalar(statement.variable).value, value)
+        scope.assign(statement.variable, value)
+        self.rowcount = 1
+
+    def _setoption(self, statement: n.SetOption, _evaluator: Evaluator, _scope: Scope) -> None:
+        if statement.option == "NOCOUNT":
+            self.nocount = statement.on
+        self.rowcount = 0
+
+    def _print(self, statement: n.Print, evaluator: Evaluator, _scope: Scope) -> None:
+        value = evaluator.value(statement.value)
+        self._emit(Printed("" if value is None else values.convert(value, n.TypeName("NVARCHAR", -1))))
+        self.rowcount = 0
+
+    def _if(self, statement: n.If, evaluator: Evaluator, scope: Scope) -> None:
+        if evaluator.condition(statement.condition):
+            self._run(statement.then, scope)
+        elif statement.otherwise is not None:
+            self._run(statement.otherwise, scope)
+
+    def _while(self, statement: n.While, evaluator: Evaluator, scope: Scope) -> None:
+        while evaluator.condition(statement.condition):
+            try:
+                self._run(statement.body, scope)
+            except BreakLoop:
+                break
+            except ContinueLoop:
+                continue
+
+    def _break(self, _statement: n.Break, _evaluator: Evaluator, _scope: Scope) -> None:
+        raise BreakLoop
+
+    def _continue(self, _statement: n.Continue, _evaluator: Evaluator, _scope: Scope) -> None:
+        raise ContinueLoop
+
+    def _return(self, statement: n.Return, evaluator: Evaluator, _scope: Scope) -> None:
+        raise ReturnFromBatch(None if statement.value is None else evaluator.value(statement.value))
+
+    def _trycatch(self, statement: n.TryCatch, _evaluator: Evaluator, scope: Scope) -> None:
+        try:
+            self._run_list(statement.body, scope)
+        except SqlError as error:
+            self.last_error = error.number
+            self._caught.append(error)
+            try:
+                self._run_list(statement.handler, scope)
+            finally:
+                self._caught.pop()
+
+    def _throw(self, statement: n.Throw, evaluator: Evaluator, _scope: Scope) -> None:
+        if statement.number is None:
+            if not self._caught:
+                raise SqlError(10704, "To rethrow an error, a THROW statement must be used inside a CATCH block.")
+            raise self._caught[-1]
+        assert statement.message is not None and statement.state is not None
+        number = values.convert(evaluator.value(statement.number), n.TypeName("INT"))
+        if number is None or number < 50000:
+            raise SqlError(35100, f"Error number {number} in the THROW statement is outside the valid range. "
+                                  "Specify an error number in the valid range of 50000 to 2147483647.")
+        message = values.convert(evaluator.value(statement.message), n.TypeName("NVARCHAR", 2048))
+        state = values.convert(evaluator.value(statement.state), n.TypeName("TINYINT"))
+        raise SqlError(number, message or "", level=16, state=state or 0)
+
+    def _raiseerror(self, statement: n.RaiseError, evaluator: Evaluator, _scope: Scope) -> None:
+        args = [evaluator.value(arg) for arg in statement.args]
+        if len(args) < 3:
+            raise SqlError(102, "Incorrect syntax near ')'. RAISERROR takes a message, a severity and a state.")
+        message, severity, state = args[0], args[1], args[2]
+        number = USER_ERROR
+        if isinstance(message, int):
+            number, message = message, f"Error {message}"
+        text = _format_message(values.convert(message, n.TypeName("NVARCHAR", 2047)) or "", args[3:])
+        level = values.convert(severity, n.TypeName("INT")) or 0
+        if level <= 10:
+            self._emit(Printed(text))
+            return
+        raise SqlError(number, text, level=min(level, 25), state=values.convert(state, n.TypeName("INT")) or 1)
+
+    def _begintransaction(self, _statement: n.BeginTransaction, _evaluator: Evaluator, _scope: Scope) -> None:
+        self._begin()
+        self.rowcount = 0
+
+    def _committransaction(self, _statement: n.CommitTransaction, _evaluator: Evaluator, _scope: Scope) -> None:
+        self._commit()
+        self.rowcount = 0
+
+    def _rollbacktransaction(self, statement: n.RollbackTransaction, _evaluator: Evaluator, _scope: Scope) -> None:
+        self._rollback(statement.savepoint)
+        self.rowcount = 0
+
+    def _savetransaction(self, statement: n.SaveTransaction, _evaluator: Evaluator, _scope: Scope) -> None:
+        raise SqlError(UNSUPPORTED, f"SAVE TRANSACTION {statement.name}: savepoints are not supported.")
+
+    def _waitfordelay(self, statement: n.WaitForDelay, evaluator: Evaluator, _scope: Scope) -> None:
+        moment = values.convert(evaluator.value(statement.value), n.TypeName("DATETIME"))
+        if statement.until:
+            now = datetime.now()
+            target = now.replace(hour=moment.hour, minute=moment.minute, second=moment.second,
+                                 microsecond=moment.microsecond)
+            seconds = (target - now).total_seconds() % 86400
+        else:
+            seconds = (moment - datetime(1900, 1, 1)).total_seconds()
+        time.sleep(max(0.0, seconds))
+
+    def _use(self, statement: n.Use, _evaluator: Evaluator, _scope: Scope) -> None:
+        name = statement.database
+        if self.instance is not None and name in self.instance.databases:
+            if self._tx is not None:
+                raise SqlError(UNSUPPORTED, "USE cannot switch databases inside an open transaction here.")
+            self.db = self.instance.database(name)
+            self.database_name = name
+        elif name.casefold() != self.database_name.casefold():
+            raise SqlError(NO_DATABASE, f"Database '{name}' does not exist. Make sure that the name is entered "
+                                        "correctly.")
+        self.rowcount = 0
+
+    # -- procedures -----------------------------------------------------------------------
+
+    def _createprocedure(self, statement: n.CreateProcedure, _evaluator: Evaluator, _scope: Scope) -> None:
+        key = statement.name[-1].casefold()
+        exists = key in self._procedures
+        if exists and not (statement.alter or statement.create_or_alter):
+            raise SqlError(2714, f"There is already an object named '{statement.name[-1]}' in the database.")
+        if not exists and statement.alter and not statement.create_or_alter:
+            raise SqlError(208, f"Invalid object name '{statement.name[-1]}'.")
+        self._procedures[key] = statement
+
+    def _execute(self, statement: n.Execute, evaluator: Evaluator, scope: Scope) -> None:
+        procedure = self._procedures.get(statement.procedure[-1].casefold())
+        if procedure is None:
+            raise SqlError(NO_PROCEDURE, f"Could not find stored procedure '{'.'.join(statement.procedure)}'.")
+        inner = Scope()
+        bound = _bind_arguments(procedure, statement, evaluator, inner)
+        outer_name, self._procedure_name = self._procedure_name, procedure.name[-1]
+        result: Any = 0
+        try:
+            self._run_list(procedure.body, inner)
+        except ReturnFromBatch as returned:
+            result = returned.value if returned.value is not None else 0
+        finally:
+            self._procedure_name = outer_name
+        for parameter, target in bound:
+            scope.assign(target, inner.scalar(parameter).value)
+        if statement.result is not None:
+            scope.assign(statement.result, result)
+
+    # -- Service Broker statements --------------------------------------------------------
+
+    def _begindialog(self, statement: n.BeginDialog, evaluator: Evaluator, scope: Scope) -> None:
+        options = {name: (value if isinstance(value, bool) else evaluator.value(value))
+                   for name, value in statement.options.items()}
+        broker_instance = None if statement.broker_instance is None else evaluator.value(statement.broker_instance)
+        to_service = evaluator.value(statement.to_service)
+        scope.scalar(statement.variable)  # declared before anything runs
+        handle = self._in_transaction(lambda tx: tx.begin_dialog(
+            statement.from_service, to_service, statement.contract or "DEFAULT",
+            broker_instance=broker_instance, **options))
+        scope.assign(statement.variable, handle)
+        self.rowcount = 0
+
+    def _send(self, statement: n.Send, evaluator: Evaluator, _scope: Scope) -> None:
+        handles = [evaluator.value(handle) for handle in statement.handles]
+        body: bytes | None = None
+        if statement.body is not None:
+            value = evaluator.value(statement.body)
+            if value is None:
+                raise SqlError(8433, "The message body may not be NULL.  A zero-length UNICODE or binary string "
+                                     "is allowed.")
+            body = values.convert(value, n.TypeName("VARBINARY", -1))
+        message_type = statement.message_type or "DEFAULT"
+        self._in_transaction(lambda tx: tx.send(handles if len(handles) > 1 else handles[0], message_type, body))
+        self.rowcount = 0
+
+    def _receive(self, statement: n.Receive, evaluator: Evaluator, scope: Scope, timeout: float | None = None) -> None:
+        from broker.sql.queries import project_messages
+        queue = statement.queue[-1]
+        top = None if statement.top is None else evaluator.value(statement.top)
+        where: dict[str, Any] = {}
+        if statement.where is not None:
+            column, value = statement.where
+            if column not in ("conversation_handle", "conversation_group_id"):
+                raise SqlError(102, f"Incorrect syntax near '{column}'. RECEIVE takes WHERE conversation_handle "
+                                    "= ... or conversation_group_id = ...")
+            where[column] = evaluator.value(value)
+            if where[column] is None:
+                raise SqlError(8418 if column == "conversation_handle" else 8436,
+                               "The conversation handle is missing. Specify a conversation handle."
+                               if column == "conversation_handle" else "The conversation group is missing.")
+        messages = self._in_transaction(lambda tx: tx.receive(queue, top, timeout=timeout, **where))
+        self._deliver(project_messages(statement.items, messages, evaluator, statement.into), statement, scope)
+
+    def _deliver(self, projected: tuple[tuple[str, ...], list[tuple[Any, ...]], list[tuple[str, str]]],
+                 statement: n.Receive | n.Select, scope: Scope) -> None:
+        """The rows of a RECEIVE or SELECT: into variables, a table variable or a result set."""
+        columns, rows, assignments = projected
+        if assignments:
+            for row in rows:
+                for (variable, operator), value in zip(assignments, row, strict=True):
+                    if operator != "=":
+                        from broker.sql.expressions import arithmetic
+                        value = arithmetic(operator[0], scope.scalar(variable).value, value)
+                    scope.assign(variable, value)
+        elif statement.into is not None:
+            table = scope.table(statement.into)
+            if len(table.columns) != len(columns):
+                raise SqlError(213, "Column name or number of supplied values does not match table definition.")
+            for row in rows:
+                table.rows.append({name.lower(): values.convert(value, type_name, declared=True)
+                                   for (name, type_name), value in zip(table.columns, row, strict=True)})
+        else:
+            self._emit(ResultSet(columns, tuple(rows)))
+        self.rowcount = len(rows)
+        if not self.nocount and not assignments:
+            self._emit(RowsAffected(len(rows)))
+
+    def _waitfor(self, statement: n.WaitFor, evaluator: Evaluator, scope: Scope) -> None:
+        timeout: float | None = -1
+        if statement.timeout is not None:
+            milliseconds = values.convert(evaluator.value(statement.timeout), n.TypeName("INT"))
+            timeout = -1 if milliseconds is None or milliseconds == -1 else milliseconds / 1000
+            if milliseconds is not None and milliseconds < -1:
+                raise SqlError(1090, "The timeout value of WAITFOR must be -1 or greater.")
+        inner = statement.statement
+        if isinstance(inner, n.Receive):
+            self._receive(inner, evaluator, scope, timeout)
+        else:
+            self._getconversationgroup(inner, evaluator, scope, timeout)
+
+    def _getconversationgroup(self, statement: n.GetConversationGroup, _evaluator: Evaluator, scope: Scope,
+                              timeout: float | None = None) -> None:
+        scope.scalar(statement.variable)
+        group = self._in_transaction(lambda tx: tx.get_conversation_group(statement.queue[-1], timeout=timeout))
+        scope.assign(statement.variable, group)
+        self.rowcount = 0 if group is None else 1
+
+    def _moveconversation(self, statement: n.MoveConversation, evaluator: Evaluator, _scope: Scope) -> None:
+        handle, group = evaluator.value(statement.handle), evaluator.value(statement.group)
+        self._in_transaction(lambda tx: tx.move_conversation(handle, group))
+        self.rowcount = 0
+
+    def _endconversation(self, statement: n.EndConversation, evaluator: Evaluator, _scope: Scope) -> None:
+        handle = evaluator.value(statement.handle)
+        if statement.error is not None:
+            assert statement.description is not None
+            error, description = evaluator.value(statement.error), evaluator.value(statement.description)
+            if error is None or description is None:
+                raise SqlError(8419, "Both the error code and the description must be provided for END "
+                                     "CONVERSATION WITH ERROR. Neither value can be NULL.")
+            code = values.convert(error, n.TypeName("INT"))
+            text = values.convert(description, n.TypeName("NVARCHAR", 3000))
+            self._in_transaction(lambda tx: tx.end_conversation(handle, error=code, description=text))
+        else:
+            self._in_transaction(lambda tx: tx.end_conversation(handle, cleanup=statement.cleanup))
+        self.rowcount = 0
+
+    def _conversationtimer(self, statement: n.ConversationTimer, evaluator: Evaluator, _scope: Scope) -> None:
+        handle = evaluator.value(statement.handle)
+        seconds = values.convert(evaluator.value(statement.timeout), n.TypeName("INT"))
+        self._in_transaction(lambda tx: tx.begin_conversation_timer(handle, timeout=seconds))
+        self.rowcount = 0
+
+    # -- SELECT and DDL -------------------------------------------------------------------
+
+    def _select(self, statement: n.Select, evaluator: Evaluator, scope: Scope) -> None:
+        from broker.sql.queries import run_select_statement
+        self._deliver(self._in_transaction(lambda tx: run_select_statement(tx, self.db, statement, evaluator),
+                                           reading=not statement.sources or self._tx is None), statement, scope)
+
+    def _ddl(self, statement: n.Ddl, evaluator: Evaluator, _scope: Scope) -> None:
+        from broker.sql.ddl import run_ddl
+        if statement.kind == "DATABASE":
+            self._check_database(statement.name[-1])
+        if statement.kind == "PROCEDURE":
+            key = statement.name[-1].casefold()
+            if self._procedures.pop(key, None) is None:
+                raise SqlError(3701, f"Cannot drop the procedure '{statement.name[-1]}', because it does not "
+                                     "exist or you do not have permission.")
+            return
+        if self._tx is not None:
+            with self.db.within(self._tx):
+                run_ddl(self.db, statement, evaluator, self.instance)
+        else:
+            run_ddl(self.db, statement, evaluator, self.instance)
+        self.rowcount = 0
+
+    def _check_database(self, name: str) -> None:
+        if name.upper() != "CURRENT" and name.casefold() != self.database_name.casefold():
+            raise SqlError(NO_DATABASE, f"Database '{name}' does not exist. Make sure that the name is entered "
+                                        "correctly.")
+
+
+def _check_procedure_first(statements: list[n.Statement]) -> None:
+    for index, statement in enumerate(statements):
+        if isinstance(statement, n.CreateProcedure) and index > 0:
+            raise SqlError(NOT_FIRST_IN_BATCH, "'CREATE/ALTER PROCEDURE' must be the first statement in a query "
+                                               "batch.", line=statement.line)
+
+
+def _bind_arguments(procedure: n.CreateProcedure, call: n.Execute, evaluator: Evaluator,
+                    inner: Scope) -> list[tuple[str, str]]:
+    """Declare the procedure's parameters in ``inner`` from the call's arguments; the
+    OUTPUT pairs (parameter, caller's variable) to copy back."""
+    parameters = {name.casefold(): (name, type_name, default, output)
+                  for name, type_name, default, output in procedure.parameters}
+    given: dict[str, tuple[n.Expr, bool]] = {}
+    order = list(parameters)
+    for index, (name, value, output) in enumerate(call.args):
+        if name is None:
+            if index >= len(order):
+                raise SqlError(TOO_MANY_ARGUMENTS, f"Procedure or function {procedure.name[-1]} has too many "
+                                                   "arguments specified.")
+            key = order[index]
+        else:
+            key = name.casefold()
+            if key not in parameters:
+                raise SqlError(8145, f"{name} is not a parameter for procedure {procedure.name[-1]}.")
+        given[key] = (value, output)
+    copied: list[tuple[str, str]] = []
+    for key, (name, type_name, default, output) in parameters.items():
+        variable = Scalar(type_name)
+        inner.declare(name, variable, 0)
+        if key in given:
+            value, wants_output = given[key]
+            variable.value = values.convert(evaluator.value(value), type_name, declared=True)
+            if wants_output and output and isinstance(value, n.Variable):
+                copied.append((name, value.name))
+        elif default is not None:
+            variable.value = values.convert(evaluator.value(default), type_name, declared=True)
+        else:
+            raise SqlError(MISSING_PARAMETER, f"Procedure or function '{procedure.name[-1]}' expects parameter "
+                                              f"'{name}', which was not supplied.")
+    return copied
+
+
+def _format_message(template: str, args: list[Any]) -> str:
+    """RAISERROR's printf-style substitution (%s, %d, %i, %u, %x and %%)."""
+    remaining = iter(args)
+
+    def substitute(match: re.Match[str]) -> str:
+        if match.group(0) == "%%":
+            return "%"
+        value = next(remaining, None)
+        if value is None:
+            return "(null)"
+        kind = match.group(1)[-1].lower()
+        if kind in "diu":
+            return str(int(value))
+        if kind == "x":
+            return format(int(value), "x")
+        return str(value)
+
+    return re.sub(r"%%|%([-+ 0#]*\d*(?:\.\d+)?[sdiuxX])", substitute, template)
+
+
+def _database_name(db: Broker) -> str:
+    """A database's name for ALTER DATABASE and USE: a SQLite file's stem, a PostgreSQL database's name."""
+    url = db.engine.url
+    if url.get_backend_name() == "sqlite":
+        return Path(url_unquote(url.database or "memory")).stem or "memory"
+    return url.database or "postgres"
+
+
+@contextmanager
+def session(db: Broker, **options: Any) -> Iterator[Session]:
+    """A :class:`Session` closed (its open transaction rolled back) when the block ends."""
+    opened = Session(db, **options)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def run(db: Broker, script: str, **options: Any) -> list[Output]:
+    """Run ``script`` in a session of its own; the outputs. The script's open transaction
+    (if any) is rolled back at its end."""
+    with session(db, **options) as opened:
+        return opened.run(script)

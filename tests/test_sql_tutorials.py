@@ -1,0 +1,87 @@
+"""Microsoft's Service Broker tutorials as T-SQL scripts, run unchanged through ``broker.sql``
+on every backend, checking what the tutorials say you will see (spec 12.1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import broker
+from broker.sql.outputs import Failed, ResultSet
+from broker.sql.session import Session
+
+SCRIPTS = Path(__file__).parent / "sql_scripts"
+REQUEST = "//AWDB/1DBSample/RequestMessage"
+REPLY = "//AWDB/1DBSample/ReplyMessage"
+
+
+def _run(session: Session, path: Path) -> list[ResultSet]:
+    outputs = session.run(path.read_text(encoding="utf-8"))
+    failures = [output.error for output in outputs if isinstance(output, Failed)]
+    assert not failures, [str(error) for error in failures]
+    return [output for output in outputs if isinstance(output, ResultSet)]
+
+
+def _single(result: ResultSet) -> object:
+    assert len(result.rows) == 1 and len(result.columns) == 1
+    return result.rows[0][0]
+
+
+def test_completing_a_conversation_in_a_single_database(db: broker.Broker) -> None:
+    steps = sorted((SCRIPTS / "single_database").glob("*.sql"))
+    with Session(db, database_name="tutorial") as session:
+        _run(session, steps[0])  # lesson 1: message types, contract, queues, services
+        assert db.catalog("sys.databases")[0]["is_broker_enabled"]
+        types = {row["name"]: row["validation"] for row in db.catalog("sys.service_message_types")}
+        assert types[REQUEST] == types[REPLY] == "X"
+        assert {row["name"] for row in db.catalog("sys.service_queues")} >= {"TargetQueue1DB", "InitiatorQueue1DB"}
+
+        sent = _run(session, steps[1])  # lesson 2: BEGIN DIALOG + SEND, committed
+        assert _single(sent[0]) == "<RequestMsg>Message for Target service.</RequestMsg>"
+        [request] = db.queue_rows("TargetQueue1DB")
+        assert (request.status, request.message_type_name, request.validation) == (1, REQUEST, "X")
+        assert db.catalog("sys.transmission_queue") == []
+        endpoints = db.catalog("sys.conversation_endpoints")
+        assert len({row["conversation_id"] for row in endpoints}) == 1
+        assert sorted(row["state"] for row in endpoints) == ["CO", "CO"]
+        assert len({row["conversation_group_id"] for row in endpoints}) == 2
+
+        replied = _run(session, steps[2])  # RECEIVE the request, SEND the reply, END
+        assert _single(replied[0]) == "<RequestMsg>Message for Target service.</RequestMsg>"
+        assert _single(replied[1]) == "<ReplyMsg>Message for Initiator service.</ReplyMsg>"
+        assert db.queue_rows("TargetQueue1DB") == []
+        assert [m.message_type_name for m in db.queue_rows("InitiatorQueue1DB")] == [REPLY, broker.END_DIALOG]
+        states = {row["is_initiator"]: row["state"] for row in db.catalog("sys.conversation_endpoints")}
+        assert states[True] == "DI" and states[False] in ("CD", "DO")
+
+        ended = _run(session, steps[3])  # RECEIVE the reply, END
+        assert _single(ended[0]) == "<ReplyMsg>Message for Initiator service.</ReplyMsg>"
+        assert db.queue_rows("InitiatorQueue1DB") == []
+        assert [row["is_initiator"] for row in db.catalog("sys.conversation_endpoints")] == [False]
+
+        _run(session, steps[4])  # lesson 3: every object dropped, in dependency order
+        assert not [row for row in db.catalog("sys.services") if row["name"].startswith("//AWDB")]
+        assert not [row for row in db.catalog("sys.service_queues") if row["name"].endswith("1DB")]
+        assert not [row for row in db.catalog("sys.service_message_types") if row["name"].startswith("//AWDB")]
+
+
+def test_dropping_a_message_type_a_contract_still_uses_fails(db: broker.Broker) -> None:
+    with Session(db, database_name="tutorial") as session:
+        _run(session, sorted((SCRIPTS / "single_database").glob("*.sql"))[0])
+        [failed] = session.run(f"DROP MESSAGE TYPE [{REQUEST}]")
+        assert isinstance(failed, Failed) and failed.error.number != 0
+        assert REQUEST in {row["name"] for row in db.catalog("sys.service_message_types")}
+
+
+@pytest.mark.parametrize("name", ["tutorial", "TUTORIAL", "CURRENT"])
+def test_alter_database_takes_this_databases_name_or_current(db: broker.Broker, name: str) -> None:
+    with Session(db, database_name="tutorial") as session:
+        assert session.run(f"ALTER DATABASE {name} SET DISABLE_BROKER") == []
+        assert not db.catalog("sys.databases")[0]["is_broker_enabled"]
+
+
+def test_alter_database_of_another_database_is_911(db: broker.Broker) -> None:
+    with Session(db, database_name="tutorial") as session:
+        [failed] = session.run("ALTER DATABASE AdventureWorks2008R2 SET ENABLE_BROKER")
+        assert isinstance(failed, Failed) and failed.error.number == 911

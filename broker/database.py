@@ -18,7 +18,7 @@ from broker import arguments
 from broker.conversations import outbound
 from broker.conversations.messages import Message
 from broker.conversations.receiving import message_from_row
-from broker.ddl import database_options, objects, priorities, routes
+from broker.ddl import database_options, objects, priorities, procedures, routes
 from broker.errors import BrokerError
 from broker.events import EventHub
 from broker.runtime.runner import DEFAULT_POLL_S, Runtime
@@ -39,6 +39,7 @@ CATALOG_VIEWS = (
     "service_contract_message_usages", "service_queues", "services", "service_contract_usages",
     "routes", "remote_service_bindings", "conversation_groups", "conversation_endpoints", "transmission_queue",
     "conversation_priorities", "dm_broker_queue_monitors", "dm_broker_activated_tasks", "internal_tables",
+    "procedures",
 )
 _VIEW_NAME = re.compile(r"^(?:sys\.)?([a-z_]+)$")
 _COLUMN_NAME = re.compile(r"^[a-z_]+$")
@@ -227,6 +228,30 @@ class Broker:
         validation = arguments.choice(validation, "VALIDATION", arguments.VALIDATIONS)
         schema_collection = arguments.optional_object_name(schema_collection, "XML schema collection")
         self._ddl(lambda ctx: objects.alter_message_type(ctx, name, validation, schema_collection))
+
+    # -- procedures written in T-SQL (run by broker.sql and by activation) ------------------
+
+    def create_procedure(self, name: str, definition: str, *, alter: bool = False, replace: bool = False) -> None:
+        """Store a T-SQL procedure's text (``CREATE [OR ALTER] | ALTER PROCEDURE`` as
+        written): EXEC in a script and a queue's activation run it. 2714 when it exists
+        (unless ``alter`` or ``replace``), 208 when ``alter`` finds none. Its own
+        transaction, or the one ``within`` lends."""
+        name = arguments.object_name(name, "procedure")
+        definition = arguments.text(definition, "procedure definition", empty=False)
+        self._ddl(lambda ctx: procedures.create_procedure(ctx, name, definition, replace=replace, alter=alter))
+
+    def drop_procedure(self, name: str) -> None:
+        """DROP PROCEDURE (3701 when there is none)."""
+        name = arguments.object_name(name, "procedure")
+        self._ddl(lambda ctx: procedures.drop_procedure(ctx, name))
+
+    def procedure_definition(self, name: str) -> str | None:
+        """The text of the T-SQL procedure ``name`` (case-insensitive), or None; a snapshot read."""
+        name = arguments.object_name(name, "procedure")
+        ambient = _ambient.get()
+        if ambient is not None and ambient[0] is self._state:
+            return ambient[1].read(lambda ctx: procedures.procedure_definition(ctx, name))
+        return self._read(lambda ctx: procedures.procedure_definition(ctx, name))
 
     # -- ALTER DATABASE ------------------------------------------------------------------
 

@@ -85,3 +85,47 @@ def test_alter_database_of_another_database_is_911(db: broker.Broker) -> None:
     with Session(db, database_name="tutorial") as session:
         [failed] = session.run("ALTER DATABASE AdventureWorks2008R2 SET ENABLE_BROKER")
         assert isinstance(failed, Failed) and failed.error.number == 911
+
+
+def test_using_internal_activation_with_a_procedure_written_in_tsql(db: broker.Broker) -> None:
+    """Spec 12.4: the activated TargetActivProc, stored by CREATE PROCEDURE, answers the
+    request, ends the target side when the EndDialog arrives, and exits when idle."""
+    from support import wait_until
+
+    from broker import events
+
+    steps = sorted((SCRIPTS / "internal_activation").glob("*.sql"))
+    started: list[dict[str, object]] = []
+    db.events.subscribe(events.READER_STARTED, lambda **payload: started.append(payload))
+    with Session(db, database_name="tutorial") as session:
+        _run(session, steps[0])
+        assert [row["name"] for row in db.catalog("sys.procedures")] == ["TargetActivProc"]
+        [queue] = [row for row in db.catalog("sys.service_queues") if row["name"] == "TargetQueueIntAct"]
+        assert queue["activation_procedure"] == "TargetActivProc" and queue["max_readers"] == 10
+        with db.runtime(poll_interval=0.2):
+            _run(session, steps[1])
+            wait_until(lambda: db.queue_rows("InitiatorQueueIntAct"), 30.0)
+            assert started and started[0]["procedure"] == "TargetActivProc"
+            assert db.queue_rows("TargetQueueIntAct") == []
+            [reply] = _run(session, steps[2])
+            assert _single(reply) == "<ReplyMsg>Message for Initiator service.</ReplyMsg>"
+            # The EndDialog activates the procedure again, which ends the target side.
+            wait_until(lambda: {row["state"] for row in db.catalog("sys.conversation_endpoints")} <= {"CD"}, 30.0)
+            wait_until(lambda: not db.catalog("sys.dm_broker_activated_tasks"), 30.0)
+        _run(session, steps[3])
+        assert db.catalog("sys.procedures") == []
+        assert not [row for row in db.catalog("sys.service_queues") if row["name"].endswith("IntAct")]
+
+
+def test_a_procedure_survives_its_script_and_runs_by_exec_in_another_session(db: broker.Broker) -> None:
+    with Session(db) as first:
+        assert first.run("CREATE PROCEDURE dbo.Twice @n INT, @out INT OUTPUT AS SET @out = @n * 2; RETURN 7") == []
+    with Session(db) as second:
+        [result, _count] = second.run("DECLARE @r INT, @o INT; EXEC @r = Twice 21, @o OUTPUT; SELECT @r, @o")
+        assert isinstance(result, ResultSet) and result.rows == ((7, 42),)
+        [failed] = second.run("CREATE PROCEDURE Twice AS RETURN 1")
+        assert isinstance(failed, Failed) and failed.error.number == 2714
+        assert second.run("CREATE OR ALTER PROCEDURE Twice AS PRINT 'again'\nGO\nEXEC Twice")[0].text == "again"
+        assert second.run("DROP PROCEDURE Twice") == []
+        [missing] = second.run("EXEC Twice")
+        assert isinstance(missing, Failed) and missing.error.number == 2812

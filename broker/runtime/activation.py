@@ -248,7 +248,7 @@ class ActivationManager:
         if running and not self._behind(ctx, monitor, running, now, plan):
             return None
         try:
-            procedure = resolve_procedure(procedure_name)
+            procedure = resolve_procedure(procedure_name, self.db)
         except BrokerError as exc:
             log.error("error %d: activation on queue '%s' failed: %s (trying again in %.0f s)",
                       exc.number, queue.name, exc.message, RETRY_MISSING_S)

@@ -16,7 +16,9 @@ The readers' ``sys.dm_broker_activated_tasks`` rows are kept here too.
 
 from __future__ import annotations
 
+import functools
 import importlib
+import importlib.metadata
 import logging
 import math
 import threading
@@ -44,12 +46,29 @@ PROCEDURE_NOT_FOUND = 2812
 NOT_A_PROCEDURE = 9620
 
 
-def resolve_procedure(name: str) -> Procedure:
-    """Import the activation procedure ``package.module:function`` (or ``package.module.function``).
+# Entry points that find procedures of other kinds (``broker.sql`` finds T-SQL ones):
+# each ``finder(db, name)`` returns a procedure or None.
+PROCEDURE_FINDERS = "servicebroker.procedures"
 
-    Raises ``BrokerError`` 2812 when it cannot be imported or found and 9620 when what
-    it names is not callable. Runs no transaction.
+
+@functools.cache
+def _finders() -> tuple[Callable[[ServedDatabase, str], Procedure | None], ...]:
+    return tuple(entry.load() for entry in importlib.metadata.entry_points(group=PROCEDURE_FINDERS))
+
+
+def resolve_procedure(name: str, db: ServedDatabase | None = None) -> Procedure:
+    """The activation procedure ``name``: one a finder knows in ``db`` (a stored T-SQL
+    procedure), else the Python callable ``package.module:function`` (or
+    ``package.module.function``) imported.
+
+    Raises ``BrokerError`` 2812 when it cannot be found and 9620 when what it names is
+    not callable. A finder may read the database in a snapshot; importing runs none.
     """
+    if db is not None:
+        for finder in _finders():
+            found = finder(db, name)
+            if found is not None:
+                return found
     module_name, _, attribute = name.partition(":") if ":" in name else name.rpartition(".")
     if not module_name or not attribute:
         raise BrokerError(PROCEDURE_NOT_FOUND, f"Could not find stored procedure '{name}' "

@@ -49,13 +49,22 @@ class Scope:
 
     def __init__(self) -> None:
         self.variables: dict[str, Scalar | TableVariable] = {}
+        self._declared_by: dict[str, object] = {}
 
-    def declare(self, name: str, variable: Scalar | TableVariable, line: int) -> None:
+    def declare(self, name: str, variable: Scalar | TableVariable, line: int,
+                statement: object = None) -> Scalar | TableVariable:
+        """Declare ``name``; the variable now in place. A declaration belongs to the batch,
+        not to a run of its statement: the same DECLARE run again (in a loop) keeps the
+        variable and its value; another DECLARE of the name is error 134."""
         key = name.casefold()
         if key in self.variables:
+            if statement is not None and self._declared_by.get(key) is statement:
+                return self.variables[key]
             raise SqlError(134, f"The variable name '{name}' has already been declared. Variable names must be "
                                 "unique within a query batch or stored procedure.", line=line)
         self.variables[key] = variable
+        self._declared_by[key] = statement
+        return variable
 
     def scalar(self, name: str) -> Scalar:
         variable = self.variables.get(name.casefold())

@@ -13,6 +13,7 @@ next batch, and the end of the script (``close``) rolls it back.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -68,7 +69,6 @@ class Session:
         self.last_error = 0
         self.nocount = False
         self._caught: list[SqlError] = []
-        self._procedures: dict[str, n.CreateProcedure] = {}
         self._procedure_name: str | None = None
 
     # -- running scripts ----------------------------------------------------------------
@@ -220,14 +220,13 @@ class Session:
     def _declare(self, statement: n.Declare, evaluator: Evaluator, scope: Scope) -> None:
         for name, type_name, initial in statement.variables:
             values.check_type(type_name, statement.line)
-            variable = Scalar(type_name)
-            scope.declare(name, variable, statement.line)
-            if initial is not None:
+            variable = scope.declare(name, Scalar(type_name), statement.line, statement)
+            if initial is not None and isinstance(variable, Scalar):
                 variable.value = values.convert(evaluator.value(initial), type_name, declared=True)
         for name, columns in statement.tables:
             for _column, type_name in columns:
                 values.check_type(type_name, statement.line)
-            scope.declare(name, TableVariable(columns), statement.line)
+            scope.declare(name, TableVariable(columns), statement.line, statement)
 
     def _setvariable(self, statement: n.SetVariable, evaluator: Evaluator, scope: Scope) -> None:
         value = evaluator.value(statement.value)
@@ -352,20 +351,26 @@ class Session:
     # -- procedures -----------------------------------------------------------------------
 
     def _createprocedure(self, statement: n.CreateProcedure, _evaluator: Evaluator, _scope: Scope) -> None:
-        key = statement.name[-1].casefold()
-        exists = key in self._procedures
-        if exists and not (statement.alter or statement.create_or_alter):
-            raise SqlError(2714, f"There is already an object named '{statement.name[-1]}' in the database.")
-        if not exists and statement.alter and not statement.create_or_alter:
-            raise SqlError(208, f"Invalid object name '{statement.name[-1]}'.")
-        self._procedures[key] = statement
+        name = statement.name[-1]
+        self._in_transaction(lambda _tx: self.db.create_procedure(
+            name, statement.source, alter=statement.alter, replace=statement.create_or_alter))
 
     def _execute(self, statement: n.Execute, evaluator: Evaluator, scope: Scope) -> None:
-        procedure = self._procedures.get(statement.procedure[-1].casefold())
-        if procedure is None:
-            raise SqlError(NO_PROCEDURE, f"Could not find stored procedure '{'.'.join(statement.procedure)}'.")
+        result = self.call_procedure(".".join(statement.procedure), statement.args, evaluator, scope)
+        if statement.result is not None:
+            scope.assign(statement.result, result)
+
+    def call_procedure(self, name: str, args: list[tuple[str | None, n.Expr, bool]] | None = None,
+                       evaluator: Evaluator | None = None, scope: Scope | None = None) -> Any:
+        """EXEC a stored T-SQL procedure; its RETURN value. Activation calls it with no arguments."""
+        short = name.rsplit(".", 1)[-1]
+        definition = self._in_transaction(lambda _tx: self.db.procedure_definition(short), reading=True)
+        if definition is None:
+            raise SqlError(NO_PROCEDURE, f"Could not find stored procedure '{name}'.")
+        procedure = _parsed_procedure(definition)
         inner = Scope()
-        bound = _bind_arguments(procedure, statement, evaluator, inner)
+        caller = evaluator or Evaluator(self, Scope())
+        bound = _bind_arguments(procedure, args or [], caller, inner)
         outer_name, self._procedure_name = self._procedure_name, procedure.name[-1]
         result: Any = 0
         try:
@@ -374,10 +379,10 @@ class Session:
             result = returned.value if returned.value is not None else 0
         finally:
             self._procedure_name = outer_name
-        for parameter, target in bound:
-            scope.assign(target, inner.scalar(parameter).value)
-        if statement.result is not None:
-            scope.assign(statement.result, result)
+        if scope is not None:
+            for parameter, target in bound:
+                scope.assign(target, inner.scalar(parameter).value)
+        return result
 
     # -- Service Broker statements --------------------------------------------------------
 
@@ -506,10 +511,7 @@ class Session:
         if statement.kind == "DATABASE":
             self._check_database(statement.name[-1])
         if statement.kind == "PROCEDURE":
-            key = statement.name[-1].casefold()
-            if self._procedures.pop(key, None) is None:
-                raise SqlError(3701, f"Cannot drop the procedure '{statement.name[-1]}', because it does not "
-                                     "exist or you do not have permission.")
+            self._in_transaction(lambda _tx: self.db.drop_procedure(statement.name[-1]))
             return
         if self._tx is not None:
             with self.db.within(self._tx):
@@ -531,15 +533,24 @@ def _check_procedure_first(statements: list[n.Statement]) -> None:
                                                "batch.", line=statement.line)
 
 
-def _bind_arguments(procedure: n.CreateProcedure, call: n.Execute, evaluator: Evaluator,
-                    inner: Scope) -> list[tuple[str, str]]:
+@functools.lru_cache(maxsize=64)
+def _parsed_procedure(definition: str) -> n.CreateProcedure:
+    """A stored procedure's text, parsed (once per text: activation runs it again and again)."""
+    statements = parse_batch(definition)
+    if len(statements) != 1 or not isinstance(statements[0], n.CreateProcedure):
+        raise SqlError(NO_PROCEDURE, "The stored procedure's text is not one CREATE PROCEDURE statement.")
+    return statements[0]
+
+
+def _bind_arguments(procedure: n.CreateProcedure, args: list[tuple[str | None, n.Expr, bool]],
+                    evaluator: Evaluator, inner: Scope) -> list[tuple[str, str]]:
     """Declare the procedure's parameters in ``inner`` from the call's arguments; the
     OUTPUT pairs (parameter, caller's variable) to copy back."""
     parameters = {name.casefold(): (name, type_name, default, output)
                   for name, type_name, default, output in procedure.parameters}
     given: dict[str, tuple[n.Expr, bool]] = {}
     order = list(parameters)
-    for index, (name, value, output) in enumerate(call.args):
+    for index, (name, value, output) in enumerate(args):
         if name is None:
             if index >= len(order):
                 raise SqlError(TOO_MANY_ARGUMENTS, f"Procedure or function {procedure.name[-1]} has too many "

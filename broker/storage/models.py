@@ -311,6 +311,18 @@ class ActivatedTask(Base):
     start_time: Mapped[datetime] = mapped_column(UTCDateTime())
 
 
+class SqlModule(Base):
+    """A stored procedure written in T-SQL (SQL Server's sys.sql_modules): its text, by name."""
+
+    __tablename__ = "sb_sql_modules"
+
+    name_key: Mapped[str] = mapped_column(String(SYSNAME), primary_key=True)  # the name case-folded
+    name: Mapped[str] = mapped_column(String(SYSNAME))
+    definition: Mapped[str] = mapped_column(Text)
+    create_date: Mapped[datetime] = mapped_column(UTCDateTime())
+    modify_date: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
 class SparkStagedMessage(Base):
     """A message a Spark write task staged; its job's commit SENDs it (``broker.spark``).
 

@@ -8,6 +8,7 @@ that has them runs as SQL (``broker.sql.queries``).
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ UNKNOWN_FUNCTION = 195
 DIVIDE_BY_ZERO = 8134
 ARGUMENT_COUNT = 174
 SUBQUERY_ROWS = 512
+REPLICATE_LIMIT = 8000
 
 
 @dataclass
@@ -269,7 +271,10 @@ def arithmetic(op: str, left: Any, right: Any) -> Any:
             return left + timedelta(days=float(right))
     a, b = _number(left), _number(right)
     if isinstance(a, float) or isinstance(b, float):
-        a, b = float(a), float(b)
+        result = _float_arithmetic(op, float(a), float(b))
+        if math.isinf(result) or math.isnan(result):
+            raise SqlError(8115, "Arithmetic overflow error converting expression to data type float.")
+        return result
     elif isinstance(a, Decimal) or isinstance(b, Decimal):
         a, b = Decimal(a), Decimal(b)
     if op == "+":
@@ -288,6 +293,28 @@ def arithmetic(op: str, left: Any, right: Any) -> Any:
     if isinstance(a, int) and isinstance(b, int):
         return a - b * int(a / b)
     return a % b
+
+
+def _float_arithmetic(op: str, a: float, b: float) -> float:
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op == "*":
+        return a * b
+    if b == 0:
+        raise SqlError(DIVIDE_BY_ZERO, "Divide by zero error encountered.")
+    return a / b if op == "/" else math.fmod(a, b)
+
+
+def _replicate(value: Any, count: Any) -> str:
+    """REPLICATE: a string that is not of a MAX type stops at 8,000 bytes in SQL Server; here
+    at 8,000 characters, which also keeps a hostile count from exhausting memory."""
+    text = _s(value)
+    times = max(int(count), 0)
+    if text and times > REPLICATE_LIMIT // len(text) + 1:
+        times = REPLICATE_LIMIT // len(text) + 1
+    return (text * times)[:REPLICATE_LIMIT]
 
 
 def _arity_text(arity: range) -> str:
@@ -415,7 +442,7 @@ _FUNCTIONS: dict[str, tuple[range | None, Callable[[Session, list[Any]], Any]]] 
     "SUBSTRING": (range(3, 4), _text_or_none(_substring)),
     "REPLACE": (range(3, 4), _text_or_none(lambda v, a, b: _s(v).replace(_s(a), _s(b)))),
     "CHARINDEX": (range(2, 4), _text_or_none(_charindex)),
-    "REPLICATE": (_TWO, _text_or_none(lambda v, k: _s(v) * max(int(k), 0))),
+    "REPLICATE": (_TWO, _text_or_none(_replicate)),
     "CONCAT": (range(2, 255), lambda _s_, args: "".join(_s(arg) for arg in args if arg is not None)),
     "ABS": (_ONE, _text_or_none(lambda v: abs(_number(v)))),
     "NULLIF": (_TWO, lambda _s_, args: None if values.compare("=", args[0], args[1]) else args[0]),

@@ -21,6 +21,7 @@ from broker.sql.errors import SqlError
 
 INCORRECT_SYNTAX = 102
 UNEXPECTED_END = 102
+NESTED_TOO_DEEPLY = 191
 
 
 @functools.cache
@@ -35,14 +36,25 @@ def parse_batch(text: str, first_line: int = 1) -> list[n.Statement]:
     try:
         tree = _parser().parse(text)
     except UnexpectedInput as exc:
-        raise _syntax_error(exc, text, first_line) from None
+        raise _syntax_error(exc, text, first_line - 1) from None
+    except RecursionError:
+        raise _too_deep(first_line) from None
     try:
         statements: list[n.Statement] = _Build(text, first_line - 1).transform(tree)
     except VisitError as exc:
         if isinstance(exc.orig_exc, SqlError):
             raise exc.orig_exc from None
+        if isinstance(exc.orig_exc, RecursionError):
+            raise _too_deep(first_line) from None
         raise
+    except RecursionError:
+        raise _too_deep(first_line) from None
     return statements
+
+
+def _too_deep(line: int) -> SqlError:
+    return SqlError(NESTED_TOO_DEEPLY, "Some part of your SQL statement is nested too deeply. Rewrite the query or "
+                                       "break it up into smaller queries.", line=line)
 
 
 def _syntax_error(exc: UnexpectedInput, text: str, line_offset: int) -> SqlError:

@@ -46,6 +46,9 @@ ASSIGN_AND_RETRIEVE = 141
 TOO_MANY_ARGUMENTS = 8144
 MISSING_PARAMETER = 201
 USER_ERROR = 50000
+NESTED_TOO_DEEPLY = 191
+ARITHMETIC_OVERFLOW = 8115
+CONVERSION_FAILED = 245
 
 
 class Session:
@@ -90,6 +93,7 @@ class Session:
         try:
             statements = parse_batch(text, first_line)
             _check_procedure_first(statements)
+            _check_loops(statements, inside=False)
             self._run_list(statements, Scope())
         except ReturnFromBatch:
             pass
@@ -213,6 +217,14 @@ class Session:
             raise
         except BrokerError as error:
             raise SqlError.of(error, statement.line, self._procedure_name) from None
+        except RecursionError:
+            raise SqlError(NESTED_TOO_DEEPLY, "Some part of your SQL statement is nested too deeply. Rewrite the "
+                                              "query or break it up into smaller queries.",
+                           line=statement.line) from None
+        except ArithmeticError as error:  # a value out of Python's range: float overflow, decimal limits
+            raise SqlError(ARITHMETIC_OVERFLOW, f"Arithmetic overflow error: {error}.", line=statement.line) from None
+        except (ValueError, TypeError) as error:  # a value a built-in function cannot take
+            raise SqlError(CONVERSION_FAILED, f"Conversion failed: {error}.", line=statement.line) from None
 
     def _block(self, statement: n.Block, _evaluator: Evaluator, scope: Scope) -> None:
         self._run_list(statement.body, scope)
@@ -524,6 +536,25 @@ class Session:
         if name.upper() != "CURRENT" and name.casefold() != self.database_name.casefold():
             raise SqlError(NO_DATABASE, f"Database '{name}' does not exist. Make sure that the name is entered "
                                         "correctly.")
+
+
+def _check_loops(statements: list[n.Statement], *, inside: bool) -> None:
+    """BREAK and CONTINUE only inside a WHILE (SQL Server refuses the batch: 135, 136)."""
+    for statement in statements:
+        if isinstance(statement, (n.Break, n.Continue)) and not inside:
+            number, word = (135, "BREAK") if isinstance(statement, n.Break) else (136, "CONTINUE")
+            raise SqlError(number, f"Cannot use a {word} statement outside the scope of a WHILE statement.",
+                           line=statement.line)
+        if isinstance(statement, n.While):
+            _check_loops([statement.body], inside=True)
+        elif isinstance(statement, n.If):
+            _check_loops([statement.then] + ([statement.otherwise] if statement.otherwise else []), inside=inside)
+        elif isinstance(statement, n.Block):
+            _check_loops(statement.body, inside=inside)
+        elif isinstance(statement, n.TryCatch):
+            _check_loops(statement.body + statement.handler, inside=inside)
+        elif isinstance(statement, n.CreateProcedure):
+            _check_loops(statement.body, inside=False)
 
 
 def _check_procedure_first(statements: list[n.Statement]) -> None:

@@ -3,9 +3,11 @@ on every backend, checking what the tutorials say you will see (spec 12.1)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 import broker
 from broker.sql.outputs import Failed, ResultSet
@@ -129,3 +131,47 @@ def test_a_procedure_survives_its_script_and_runs_by_exec_in_another_session(db:
         assert second.run("DROP PROCEDURE Twice") == []
         [missing] = second.run("EXEC Twice")
         assert isinstance(missing, Failed) and missing.error.number == 2812
+
+
+@pytest.fixture
+def instance(db_url: str) -> Iterator[broker.Instance]:
+    """An instance whose catalog is a fresh database; the databases its scripts create are
+    dropped again (on PostgreSQL they live on the catalog's server)."""
+    inst = broker.instance(db_url)
+    yield inst
+    created = list(inst.databases)
+    inst.dispose()
+    if inst.msdb.engine.url.get_backend_name() == "postgresql":
+        with inst.msdb.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            for name in created:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        inst.msdb.engine.dispose()
+
+
+def test_completing_a_conversation_between_databases(instance: broker.Instance) -> None:
+    """Spec 12.2: CREATE DATABASE makes two databases of the instance, USE moves between
+    them, and the instance's runtime carries the request and the reply."""
+    from support import wait_until
+
+    steps = sorted((SCRIPTS / "between_databases").glob("*.sql"))
+    with Session(instance.msdb, instance=instance) as session:
+        for step in steps[:3]:
+            _run(session, step)
+        assert set(instance.databases) == {"TargetDB", "InitiatorDB"}
+        target, initiator = instance.database("TargetDB"), instance.database("InitiatorDB")
+        assert target.service_broker_guid != initiator.service_broker_guid
+        with instance.runtime():
+            sent = _run(session, steps[3])
+            assert _single(sent[0]) == "<RequestMsg>Message for Target service.</RequestMsg>"
+            wait_until(lambda: target.queue_rows("TargetQueue2DB"), 30.0)
+            guid = str(target.service_broker_guid).casefold()
+            wait_until(lambda: [str(row["far_broker_instance"]).casefold()
+                                for row in initiator.catalog("sys.conversation_endpoints")] == [guid], 30.0)
+            replied = _run(session, steps[4])
+            assert _single(replied[1]) == "<ReplyMsg>Message for Initiator service.</ReplyMsg>"
+            wait_until(lambda: len(initiator.queue_rows("InitiatorQueue2DB")) == 2, 30.0)
+            ended = _run(session, steps[5])
+            assert _single(ended[0]) == "<ReplyMsg>Message for Initiator service.</ReplyMsg>"
+        assert initiator.queue_rows("InitiatorQueue2DB") == []
+        [failed] = session.run("CREATE DATABASE TargetDB")
+        assert isinstance(failed, Failed) and failed.error.number == 1801

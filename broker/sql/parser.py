@@ -759,6 +759,10 @@ class _Build(Transformer[Token, Any]):
         return self._ddl("CREATE", "XML SCHEMA COLLECTION", children, xsd=children[-1])
 
     @statement
+    def create_database(self, children: list[Any], _meta: Any) -> n.Ddl:
+        return n.Ddl("CREATE", "DATABASE", (str(_of(children, _Name)[0]),))
+
+    @statement
     def alter_database(self, children: list[Any], _meta: Any) -> n.Ddl:
         names = [str(child) for child in children if isinstance(child, _Name)]
         switch = next((child for child in children if isinstance(child, bool)), None)

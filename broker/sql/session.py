@@ -350,15 +350,22 @@ class Session:
 
     def _use(self, statement: n.Use, _evaluator: Evaluator, _scope: Scope) -> None:
         name = statement.database
-        if self.instance is not None and name in self.instance.databases:
+        member = self._member(name)
+        if member is not None and member is not self.db:
             if self._tx is not None:
                 raise SqlError(UNSUPPORTED, "USE cannot switch databases inside an open transaction here.")
-            self.db = self.instance.database(name)
-            self.database_name = name
-        elif name.casefold() != self.database_name.casefold():
-            raise SqlError(NO_DATABASE, f"Database '{name}' does not exist. Make sure that the name is entered "
-                                        "correctly.")
+            self.db, self.database_name = member, name
+        elif member is None and not (self.instance is not None and name.casefold() in _SYSTEM_DATABASES):
+            raise _no_database(name)
         self.rowcount = 0
+
+    def _member(self, name: str) -> Broker | None:
+        """The database called ``name``: this one, or a database of the instance."""
+        if self.instance is not None:
+            for member, db in self.instance.databases.items():
+                if member.casefold() == name.casefold():
+                    return db  # type: ignore[no-any-return]
+        return self.db if name.casefold() in (self.database_name.casefold(), "current") else None
 
     # -- procedures -----------------------------------------------------------------------
 
@@ -520,22 +527,59 @@ class Session:
 
     def _ddl(self, statement: n.Ddl, evaluator: Evaluator, _scope: Scope) -> None:
         from broker.sql.ddl import run_ddl
+        target = self.db
         if statement.kind == "DATABASE":
-            self._check_database(statement.name[-1])
+            if statement.verb == "CREATE":
+                self._create_database(statement.name[-1])
+                return
+            found = self._member(statement.name[-1])
+            if found is None:
+                raise _no_database(statement.name[-1])
+            target = found
         if statement.kind == "PROCEDURE":
             self._in_transaction(lambda _tx: self.db.drop_procedure(statement.name[-1]))
             return
-        if self._tx is not None:
+        if self._tx is not None and target is self.db:
             with self.db.within(self._tx):
-                run_ddl(self.db, statement, evaluator, self.instance)
+                run_ddl(target, statement, evaluator, self.instance)
         else:
-            run_ddl(self.db, statement, evaluator, self.instance)
+            run_ddl(target, statement, evaluator, self.instance)
         self.rowcount = 0
 
-    def _check_database(self, name: str) -> None:
-        if name.upper() != "CURRENT" and name.casefold() != self.database_name.casefold():
-            raise SqlError(NO_DATABASE, f"Database '{name}' does not exist. Make sure that the name is entered "
-                                        "correctly.")
+    def _create_database(self, name: str) -> None:
+        """CREATE DATABASE: a new database of the instance, beside its catalog (a SQLite
+        file in the catalog's folder, or a database on the catalog's PostgreSQL server)."""
+        if self.instance is None:
+            raise SqlError(UNSUPPORTED, "CREATE DATABASE needs an instance (broker --instance URL sql): a broker "
+                                        "database alone is one database.")
+        if self._tx is not None:
+            raise SqlError(226, "CREATE DATABASE statement not allowed within multi-statement transaction.")
+        if self._member(name) is not None:
+            raise SqlError(1801, f"Database '{name}' already exists. Choose a different database name.")
+        self.instance.add_database(name, _member_url(self.instance.msdb, name))
+        self.rowcount = 0
+
+
+_SYSTEM_DATABASES = ("master", "msdb")
+
+
+def _no_database(name: str) -> SqlError:
+    return SqlError(NO_DATABASE, f"Database '{name}' does not exist. Make sure that the name is entered correctly.")
+
+
+def _member_url(catalog: Broker, name: str) -> str:
+    """Where CREATE DATABASE puts a new member of the instance whose catalog is ``catalog``."""
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", name) is None:
+        raise SqlError(UNSUPPORTED, f"CREATE DATABASE {name}: a new database's name here is letters, digits and "
+                                    "underscores (it names a file or a PostgreSQL database).")
+    url = catalog.engine.url
+    if url.get_backend_name() == "sqlite":
+        folder = Path(url_unquote(url.database or "")).parent
+        return url.set(database=str(folder / f"{name}.db")).render_as_string(hide_password=False)
+    from sqlalchemy import text
+    with catalog.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    return url.set(database=name).render_as_string(hide_password=False)
 
 
 def _check_loops(statements: list[n.Statement], *, inside: bool) -> None:

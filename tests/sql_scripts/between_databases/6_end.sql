@@ -1,0 +1,21 @@
+-- Receive the reply and end the conversation
+USE InitiatorDB;
+GO
+DECLARE @RecvReplyMsg NVARCHAR(100);
+DECLARE @RecvReplyDlgHandle UNIQUEIDENTIFIER;
+
+BEGIN TRANSACTION;
+
+WAITFOR
+( RECEIVE TOP(1)
+    @RecvReplyDlgHandle = conversation_handle,
+    @RecvReplyMsg = message_body
+  FROM InitiatorQueue2DB
+), TIMEOUT 1000;
+
+END CONVERSATION @RecvReplyDlgHandle;
+
+SELECT @RecvReplyMsg AS ReceivedReplyMsg;
+
+COMMIT TRANSACTION;
+GO

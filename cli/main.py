@@ -30,6 +30,7 @@ from cli import (
     schema,
     show,
     spark_demo,
+    sql,
     status,
 )
 from cli.params import DATABASE
@@ -158,6 +159,7 @@ for _command in (
     *listen.COMMANDS,
     *spark_demo.COMMANDS,
     *certificates.COMMANDS,
+    *sql.COMMANDS,
     demo.demo,
 ):
     cli.add_command(_command)

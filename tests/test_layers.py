@@ -23,6 +23,7 @@ LAYERS = {
     "transport": 5,
     "runtime": 6,
     "database": 7, "transaction": 7, "instances": 7, "spark": 7, "__init__": 7,
+    "sql": 8,  # the T-SQL face, over the Python API
 }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from decimal import Decimal
 from importlib import resources
 from typing import Any
@@ -111,6 +112,13 @@ class _Name(str):
 
 class _ObjectName(tuple[str, ...]):
     pass
+
+
+@dataclass(frozen=True)
+class _Clause:
+    """A part of a statement built by a rule of its own (a SELECT's WHERE ...), by name."""
+    name: str
+    value: Any
 
 
 def _line(meta: Any, offset: int) -> int:
@@ -327,8 +335,11 @@ class _Build(Transformer[Token, Any]):
         return n.SelectItem(value, alias=str(alias) if alias is not None else None)
 
     def top(self, children: list[Any]) -> n.Expr:
-        value = _present(children)[0]
-        return value if isinstance(value, n.Expr) else n.Literal(int(str(value)))
+        expressions: list[n.Expr] = _of(children, n.Expr)
+        if expressions:
+            return expressions[0]
+        number = next(child for child in children if isinstance(child, Token) and child.type == "NUMBER")
+        return self.number([number])
 
     def table(self, children: list[Any]) -> n.TableSource:
         values = _present(children)
@@ -359,34 +370,34 @@ class _Build(Transformer[Token, Any]):
     def order_item(self, children: list[Any]) -> tuple[n.Expr, bool]:
         return children[0], "DESC" in _kinds(children)
 
+    def select_options(self, children: list[Any]) -> _Clause:
+        return _Clause("options", (children[0] is not None, children[1]))
+
+    def into_clause(self, children: list[Any]) -> _Clause:
+        variables = [str(child) for child in children if isinstance(child, Token) and child.type == "VARIABLE"]
+        return _Clause("into", variables[0] if variables else None)
+
+    def from_clause(self, children: list[Any]) -> _Clause:
+        return _Clause("from", _of(children, n.FromItem))
+
+    def where_clause(self, children: list[Any]) -> _Clause:
+        return _Clause("where", next(iter(_of(children, n.Expr)), None))
+
+    having_clause = where_clause
+
+    def group_clause(self, children: list[Any]) -> _Clause:
+        return _Clause("group", _of(children, n.Expr))
+
+    def order_clause(self, children: list[Any]) -> _Clause:
+        return _Clause("order", [child for child in children if isinstance(child, tuple)])
+
     @statement
     def select(self, children: list[Any], _meta: Any) -> n.Select:
-        kinds = _kinds(children)
-        items = _of(children, n.SelectItem)
-        sources = _of(children, n.FromItem)
-        variables = [child for child in children if isinstance(child, Token) and child.type == "VARIABLE"]
-        conditions: list[Any] = []
-        group_by: list[n.Expr] = []
-        order_by = [child for child in children if isinstance(child, tuple) and not isinstance(child, str)]
-        # The optional parts after FROM, in the grammar's order, told apart by their keywords.
-        position = max((index for index, child in enumerate(children) if isinstance(child, (n.FromItem,
-                                                                                            n.SelectItem))),
-                       default=0)
-        tail = children[position + 1:]
-        section = None
-        for child in tail:
-            if isinstance(child, Token) and child.type in ("WHERE", "GROUP", "HAVING", "ORDER", "INTO"):
-                section = child.type
-            elif isinstance(child, n.Expr):
-                if section == "GROUP":
-                    group_by.append(child)
-                else:
-                    conditions.append((section, child))
-        where = next((value for section_name, value in conditions if section_name == "WHERE"), None)
-        having = next((value for section_name, value in conditions if section_name == "HAVING"), None)
-        top = children[2] if isinstance(children[2], n.Expr) else None
-        return n.Select(items, top=top, distinct="DISTINCT" in kinds, into=str(variables[0]) if variables else None,
-                        sources=sources, where=where, group_by=group_by, having=having, order_by=order_by)
+        clauses = _of(children, _Clause)
+        distinct, top = clauses[0].value
+        into, sources, where, group_by, having, order_by = (clause.value for clause in clauses[1:])
+        return n.Select(_of(children, n.SelectItem), top=top, distinct=distinct, into=into, sources=sources,
+                        where=where, group_by=group_by, having=having, order_by=order_by)
 
     # -- procedural -----------------------------------------------------------------------
 
@@ -518,12 +529,20 @@ class _Build(Transformer[Token, Any]):
         default = next((value for value in values if isinstance(value, n.Expr)), None)
         return variable, type_name, default, "OUTPUT" in _kinds(children) or "OUT" in _kinds(children)
 
+    def procedure_verb(self, children: list[Token]) -> _Clause:
+        return _Clause("verb", [child.type for child in children])
+
+    def procedure_parameters(self, children: list[Any]) -> _Clause:
+        return _Clause("parameters", [child for child in children if isinstance(child, tuple)])
+
+    def procedure_options(self, _children: list[Any]) -> _Clause:
+        return _Clause("options", None)
+
     @statement
     def create_procedure(self, children: list[Any], meta: Any) -> n.CreateProcedure:
-        kinds = [child.type for child in children if isinstance(child, Token)]
+        kinds = children[0].value
         name = next(child for child in children if isinstance(child, _ObjectName))
-        parameters = [child for child in children if isinstance(child, tuple) and len(child) == 4
-                      and not isinstance(child, _ObjectName)]
+        parameters = children[3].value
         lines = self.text.splitlines(keepends=True)
         source = "".join(lines[meta.line - 1:])[meta.column - 1:] if lines else ""
         return n.CreateProcedure(tuple(name), parameters, _of(children, n.Statement), source.strip(),
@@ -641,6 +660,9 @@ class _Build(Transformer[Token, Any]):
         words = children[1:]
         value = words[0] if len(words) == 1 else tuple(words)
         return n.Option(str(children[0]).upper(), value, _line(meta, self.offset))
+
+    def dotted_option(self, children: list[Any]) -> _Name:
+        return _Name(".".join(str(child) for child in children))
 
     def parenthesised(self, children: list[Any]) -> Any:
         return children[0]

@@ -49,9 +49,9 @@ Row = dict[str, Any]
 # -- RECEIVE ------------------------------------------------------------------------------
 
 
-def project_messages(items: list[n.SelectItem], messages: list[Message], evaluator: Evaluator,
-                     into: str | None) -> Projected:
-    """A RECEIVE's column list over the messages it took: (columns, rows, assignments)."""
+def check_receive_list(items: list[n.SelectItem], into: str | None) -> None:
+    """A RECEIVE's column list may assign variables or return columns, not both (8447),
+    and assignments take no INTO (8450): checked before it takes any message."""
     assigning = [item for item in items if item.variable is not None]
     if assigning and len(assigning) != len(items):
         raise SqlError(RECEIVE_ASSIGN_AND_RETRIEVE, "A RECEIVE statement that assigns a value to a variable must "
@@ -59,6 +59,13 @@ def project_messages(items: list[n.SelectItem], messages: list[Message], evaluat
     if assigning and into is not None:
         raise SqlError(RECEIVE_ASSIGN_INTO, "A RECEIVE statement that assigns a value to a variable must not "
                                             "have an INTO clause.")
+
+
+def project_messages(items: list[n.SelectItem], messages: list[Message], evaluator: Evaluator,
+                     into: str | None) -> Projected:
+    """A RECEIVE's column list over the messages it took: (columns, rows, assignments)."""
+    check_receive_list(items, into)
+    assigning = [item for item in items if item.variable is not None]
     rows = [_message_row(message) for message in messages]
     columns, projected = _project(items, rows, evaluator, QUEUE_COLUMNS)
     assignments = [(item.variable, item.operator) for item in assigning if item.variable is not None]

@@ -152,7 +152,8 @@ class Session:
         return -1 if self._tx.doomed else 1
 
     def transmission_status(self, handle: Any) -> str:
-        status: str = self._in_transaction(lambda tx: tx.get_transmission_status(handle), reading=True)
+        # Not a snapshot: the verb locks the endpoint it reads (PostgreSQL refuses that in READ ONLY).
+        status: str = self._in_transaction(lambda tx: tx.get_transmission_status(handle))
         return status
 
     def query_rows(self, select: n.Select, scope: Scope) -> list[dict[str, Any]]:
@@ -359,6 +360,12 @@ class Session:
             raise _no_database(name)
         self.rowcount = 0
 
+    def _local(self, name: tuple[str, ...]) -> str:
+        """The object of a ``[database.][schema.]object`` name, which must be in this database (911)."""
+        if len(name) >= 3 and name[-3] and self._member(name[-3]) is not self.db:
+            raise _no_database(name[-3])
+        return name[-1]
+
     def _member(self, name: str) -> Broker | None:
         """The database called ``name``: this one, or a database of the instance."""
         if self.instance is not None:
@@ -408,6 +415,8 @@ class Session:
     def _begindialog(self, statement: n.BeginDialog, evaluator: Evaluator, scope: Scope) -> None:
         options = {name: (value if isinstance(value, bool) else evaluator.value(value))
                    for name, value in statement.options.items()}
+        if "lifetime" in options and options["lifetime"] is None:
+            raise SqlError(8406, "The dialog lifetime can not be NULL.")
         broker_instance = None if statement.broker_instance is None else evaluator.value(statement.broker_instance)
         to_service = evaluator.value(statement.to_service)
         scope.scalar(statement.variable)  # declared before anything runs
@@ -431,8 +440,9 @@ class Session:
         self.rowcount = 0
 
     def _receive(self, statement: n.Receive, evaluator: Evaluator, scope: Scope, timeout: float | None = None) -> None:
-        from broker.sql.queries import project_messages
-        queue = statement.queue[-1]
+        from broker.sql.queries import check_receive_list, project_messages
+        check_receive_list(statement.items, statement.into)
+        queue = self._local(statement.queue)
         top = None if statement.top is None else evaluator.value(statement.top)
         where: dict[str, Any] = {}
         if statement.where is not None:
@@ -488,7 +498,8 @@ class Session:
     def _getconversationgroup(self, statement: n.GetConversationGroup, _evaluator: Evaluator, scope: Scope,
                               timeout: float | None = None) -> None:
         scope.scalar(statement.variable)
-        group = self._in_transaction(lambda tx: tx.get_conversation_group(statement.queue[-1], timeout=timeout))
+        queue = self._local(statement.queue)
+        group = self._in_transaction(lambda tx: tx.get_conversation_group(queue, timeout=timeout))
         scope.assign(statement.variable, group)
         self.rowcount = 0 if group is None else 1
 
@@ -528,6 +539,8 @@ class Session:
     def _ddl(self, statement: n.Ddl, evaluator: Evaluator, _scope: Scope) -> None:
         from broker.sql.ddl import run_ddl
         target = self.db
+        if statement.kind != "DATABASE":
+            self._local(statement.name)
         if statement.kind == "DATABASE":
             if statement.verb == "CREATE":
                 self._create_database(statement.name[-1])

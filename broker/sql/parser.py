@@ -780,6 +780,9 @@ class _Build(Transformer[Token, Any]):
     def create_schema_collection(self, children: list[Any], _meta: Any) -> n.Ddl:
         return self._ddl("CREATE", "XML SCHEMA COLLECTION", children, xsd=children[-1])
 
+    def termination(self, children: list[Any]) -> _Name:
+        return _Name(" ".join(str(child) for child in children if child is not None))
+
     @statement
     def create_database(self, children: list[Any], _meta: Any) -> n.Ddl:
         return n.Ddl("CREATE", "DATABASE", (str(_of(children, _Name)[0]),))

@@ -233,7 +233,7 @@ def _datetime(value: Any, name: str) -> datetime:
     if isinstance(value, str):
         text = value.strip().replace("T", " ")
         for pattern in ("%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d", "%Y%m%d",
-                        "%H:%M:%S", "%H:%M"):
+                        "%H:%M:%S.%f", "%H:%M:%S", "%H:%M"):
             try:
                 parsed = datetime.strptime(text, pattern)
             except ValueError:

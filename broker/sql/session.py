@@ -108,7 +108,7 @@ class Session:
         if self._tx is not None:
             tx, self._tx = self._tx, None
             self.trancount = 0
-            tx.rollback()
+            _end(tx, commit=False)
 
     def __enter__(self) -> Session:
         return self
@@ -188,7 +188,7 @@ class Session:
         self.trancount -= 1
         if self.trancount == 0:
             tx, self._tx = self._tx, None
-            tx.commit()
+            _end(tx, commit=True)
 
     def _rollback(self, savepoint: str | None) -> None:
         if self._tx is None:
@@ -199,7 +199,7 @@ class Session:
                                         "ROLLBACK TRANSACTION rolls back the whole transaction.")
         tx, self._tx = self._tx, None
         self.trancount = 0
-        tx.rollback()
+        _end(tx, commit=False)
 
     # -- statements -----------------------------------------------------------------------
 
@@ -574,6 +574,17 @@ class Session:
 
 
 _SYSTEM_DATABASES = ("master", "msdb")
+
+
+def _end(tx: Transaction, *, commit: bool) -> None:
+    """Commit or roll back a script's transaction, then give its connection back."""
+    try:
+        if commit:
+            tx.commit()
+        else:
+            tx.rollback()
+    finally:
+        tx.close()
 
 
 def _no_database(name: str) -> SqlError:

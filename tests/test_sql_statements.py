@@ -1061,11 +1061,45 @@ def test_select_from_a_queue_with_where(chat: broker.Broker, session: Session) -
     assert len(messages(chat)) == 3  # SELECT only looks
 
 
-@pytest.mark.xfail(reason="bug: table hints (WITH (NOLOCK), which the docs recommend for queues) are a syntax "
-                          "error", strict=True)
 def test_select_from_a_queue_with_nolock(chat: broker.Broker, session: Session) -> None:
     open_dialog(chat)
     assert value(session, f"SELECT COUNT(*) FROM {TARGET_QUEUE} WITH (NOLOCK)") == 1
+
+
+@pytest.mark.parametrize("hints", [
+    "WITH (READPAST)", "WITH (NOLOCK, READUNCOMMITTED)", "WITH (HOLDLOCK)", "WITH (UPDLOCK)", "WITH (ROWLOCK)",
+    "WITH (TABLOCK)", "WITH (XLOCK)", "WITH (READCOMMITTED)", "WITH (REPEATABLEREAD)", "WITH (SERIALIZABLE)",
+    "WITH (NOWAIT)", "WITH (PAGLOCK)", "WITH (UPDLOCK ROWLOCK READPAST)", "with (nolock)", "(NOLOCK)", "q (NOLOCK)",
+    "AS q WITH (NOLOCK)",
+])
+def test_table_hints_are_accepted_and_read_the_same_rows(chat: broker.Broker, session: Session, hints: str) -> None:
+    open_dialog(chat)
+    assert rows(session, f"SELECT message_type_name FROM {TARGET_QUEUE} {hints}") == ((REQUEST,),)
+
+
+def test_table_hints_on_a_joined_catalog_view_inside_a_transaction(chat: broker.Broker, session: Session) -> None:
+    open_dialog(chat)
+    assert rows(session, "BEGIN TRAN\n"
+                         "SELECT s.name FROM sys.conversation_endpoints e WITH (NOLOCK)\n"
+                         "JOIN sys.services s (NOLOCK) ON e.service_id = s.service_id WHERE e.is_initiator = 1\n"
+                         "COMMIT") == ((INITIATOR,),)
+
+
+def test_an_unknown_table_hint_is_321_and_nothing_of_its_batch_runs(chat: broker.Broker, session: Session) -> None:
+    outputs = session.run(f"PRINT 'compiled first'\nSELECT * FROM {TARGET_QUEUE} WITH (NOLOCK, QUICKLY)")
+    [failed] = outputs
+    assert isinstance(failed, Failed)
+    assert (failed.error.number, failed.error.line) == (321, 2)
+    assert failed.error.message.startswith("'QUICKLY' is not a recognized table hints option.")
+
+
+@pytest.mark.parametrize(("hints", "near"), [("(NOLOCK, READPAST)", "READPAST"), ("(HOLDLOCK)", "HOLDLOCK"),
+                                             ("(FORCESEEK)", "FORCESEEK")])
+def test_table_hints_without_with_are_one_of_the_old_ones_alone(chat: broker.Broker, session: Session, hints: str,
+                                                                near: str) -> None:
+    error = failure(session, f"SELECT * FROM {TARGET_QUEUE} {hints}")
+    assert error.number == 1018
+    assert error.message.startswith(f"Incorrect syntax near '{near}'. If this is intended as a part of a table hint")
 
 
 def test_select_from_catalog_views_with_where_order_by_desc_and_top(db: broker.Broker, session: Session) -> None:

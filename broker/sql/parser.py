@@ -23,6 +23,21 @@ from broker.sql.errors import SqlError
 INCORRECT_SYNTAX = 102
 UNEXPECTED_END = 102
 NESTED_TOO_DEEPLY = 191
+UNKNOWN_TABLE_HINT = 321
+HINT_NEEDS_WITH = 1018
+# SQL Server's table hints that take no argument. Every read here is a snapshot or runs
+# in the script's transaction, which takes no table locks: each is accepted and changes
+# nothing (docs/sql.md).
+TABLE_HINTS = frozenset({
+    "NOLOCK", "READUNCOMMITTED", "READCOMMITTED", "READCOMMITTEDLOCK", "REPEATABLEREAD", "SERIALIZABLE",
+    "SNAPSHOT", "HOLDLOCK", "UPDLOCK", "XLOCK", "ROWLOCK", "PAGLOCK", "TABLOCK", "TABLOCKX", "NOWAIT",
+    "READPAST", "NOEXPAND", "FORCESEEK", "FORCESCAN",
+})
+# The hints SQL Server still takes without WITH, one alone: ``FROM t (NOLOCK)``.
+HINTS_WITHOUT_WITH = frozenset({
+    "NOLOCK", "READUNCOMMITTED", "UPDLOCK", "REPEATABLEREAD", "SERIALIZABLE", "READCOMMITTED", "TABLOCK",
+    "TABLOCKX", "PAGLOCK", "ROWLOCK", "NOWAIT", "READPAST", "XLOCK", "SNAPSHOT", "NOEXPAND",
+})
 
 
 @functools.cache
@@ -342,8 +357,30 @@ class _Build(Transformer[Token, Any]):
         return self.number([number])
 
     def table(self, children: list[Any]) -> n.TableSource:
-        values = _present(children)
-        return n.TableSource(tuple(values[0]), alias=str(values[1]) if len(values) > 1 else None)
+        name, alias = _of(children, _ObjectName)[0], next((child for child in children if type(child) is _Name), None)
+        return n.TableSource(tuple(name), alias=None if alias is None else str(alias))
+
+    @v_args(meta=True)
+    def table_hints(self, meta: Any, children: list[Any]) -> _Clause:
+        """WITH (hint, ...): checked, then dropped (a snapshot read takes no locks: docs/sql.md)."""
+        for hint in _of(children, _Name):
+            if hint.upper() not in TABLE_HINTS:
+                raise SqlError(UNKNOWN_TABLE_HINT, f"'{hint}' is not a recognized table hints option. If it is "
+                                                   "intended as a parameter to a table-valued function or to the "
+                                                   "CHANGETABLE function, ensure that your database compatibility "
+                                                   "mode is set to 90.", line=_line(meta, self.offset))
+        return _Clause("hints", None)
+
+    @v_args(meta=True)
+    def table_hints_without_with(self, meta: Any, children: list[Any]) -> _Clause:
+        """The old form, ``FROM t (NOLOCK)``: one hint of those SQL Server still takes so (1018 otherwise)."""
+        hints = _of(children, _Name)
+        if len(hints) > 1 or hints[0].upper() not in HINTS_WITHOUT_WITH:
+            near = hints[1] if len(hints) > 1 else hints[0]
+            raise SqlError(HINT_NEEDS_WITH, f"Incorrect syntax near '{near}'. If this is intended as a part of a "
+                                            "table hint, A WITH keyword and parenthesis are now required. See SQL "
+                                            "Server Books Online for proper syntax.", line=_line(meta, self.offset))
+        return _Clause("hints", None)
 
     def table_variable(self, children: list[Any]) -> n.TableSource:
         values = _present(children)

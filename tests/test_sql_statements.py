@@ -1172,15 +1172,12 @@ def test_a_receive_rolled_back_leaves_the_message(chat: broker.Broker, session: 
     assert messages(chat) == [(REQUEST, b"<a><b>7</b></a>")]
 
 
-@pytest.mark.xfail(reason="bug: SET XACT_ABORT ON is ignored: an error leaves the transaction open", strict=True)
 def test_xact_abort_rolls_back_the_transaction_of_a_failing_batch(chat: broker.Broker, session: Session) -> None:
     outputs = session.run("SET XACT_ABORT ON\n" + SEND_THEN_FAIL + "SELECT @@TRANCOUNT\nIF @@TRANCOUNT > 0 COMMIT")
     assert results(outputs)[0].rows == ((0,),)
     assert messages(chat) == []
 
 
-@pytest.mark.xfail(reason="bug: SET XACT_ABORT ON is ignored: XACT_STATE() is 1, not -1, after a caught error",
-                   strict=True)
 def test_xact_abort_dooms_the_transaction_of_a_caught_error(chat: broker.Broker, session: Session) -> None:
     assert rows(session, "SET XACT_ABORT ON\nBEGIN TRAN\n"
                          "BEGIN TRY\n"
@@ -1191,6 +1188,90 @@ def test_xact_abort_dooms_the_transaction_of_a_caught_error(chat: broker.Broker,
                          "    SELECT XACT_STATE()\n"
                          "END CATCH\n"
                          "ROLLBACK") == ((-1,),)
+
+
+def test_xact_abort_off_restores_the_default(chat: broker.Broker, session: Session) -> None:
+    outputs = session.run("SET XACT_ABORT ON\nSET XACT_ABORT OFF\n" + SEND_THEN_FAIL + "SELECT @@TRANCOUNT\nCOMMIT")
+    assert [output.error.number for output in outputs if isinstance(output, Failed)] == [8428]
+    assert results(outputs)[0].rows == ((1,),)
+    assert messages(chat) == [(REQUEST, b"<held/>")]
+
+
+DOOMED = (f"SET XACT_ABORT ON\nBEGIN TRAN\n{BEGIN} ON CONTRACT {CONTRACT}\n"
+          f"SEND ON CONVERSATION @h MESSAGE TYPE {REQUEST} (N'<doomed/>')\n"
+          "BEGIN TRY\n    THROW 50001, 'failed', 1\nEND TRY\nBEGIN CATCH\n    PRINT XACT_STATE()\nEND CATCH\n")
+
+
+def test_a_doomed_transaction_refuses_writes_and_commit_then_rolls_back_at_the_end_of_its_batch(
+        chat: broker.Broker, session: Session) -> None:
+    outputs = session.run(DOOMED + "BEGIN TRY\n    SEND ON CONVERSATION @h MESSAGE TYPE "
+                          f"{REQUEST} (N'<more/>')\nEND TRY\nBEGIN CATCH\n    PRINT ERROR_NUMBER()\nEND CATCH\n"
+                          "BEGIN TRY\n    COMMIT\nEND TRY\nBEGIN CATCH\n    PRINT ERROR_NUMBER()\nEND CATCH\n"
+                          "SELECT COUNT(*) FROM sys.conversation_endpoints\n"
+                          "GO\nSELECT @@TRANCOUNT")
+    assert printed(outputs) == ["-1", "3930", "3930"]
+    assert results(outputs)[0].rows == ((2,),)  # a doomed transaction still reads: both endpoints
+    assert [output.error.number for output in outputs if isinstance(output, Failed)] == [3998]
+    assert results(outputs)[1].rows == ((0,),)
+    assert messages(chat) == [] and chat.catalog("sys.conversation_endpoints") == []
+
+
+def test_a_doomed_transaction_rolls_back(chat: broker.Broker, session: Session) -> None:
+    outputs = session.run(DOOMED + "ROLLBACK\nSELECT @@TRANCOUNT, XACT_STATE()")
+    assert results(outputs)[0].rows == ((0, 0),)
+    assert not [output for output in outputs if isinstance(output, Failed)]
+    assert messages(chat) == []
+
+
+def test_xact_abort_leaves_raiserror_and_syntax_errors_alone(chat: broker.Broker, session: Session) -> None:
+    outputs = session.run("SET XACT_ABORT ON\nBEGIN TRAN\nRAISERROR('mine', 16, 1)\nGO\nSELECT @@TRANCOUNT\n"
+                          "GO\nSELECT 1 +\nGO\nSELECT @@TRANCOUNT, XACT_STATE()\nTHROW 50001, 'this one', 1\n"
+                          "GO\nSELECT @@TRANCOUNT")
+    assert [output.error.number for output in outputs if isinstance(output, Failed)] == [50000, 102, 50001]
+    assert [result.rows for result in results(outputs)] == [((1,),), ((1, 1),), ((0,),)]
+
+
+def test_xact_abort_set_in_a_procedure_lasts_until_it_returns(chat: broker.Broker, session: Session) -> None:
+    ok(session, "CREATE PROCEDURE Fails AS\nSET XACT_ABORT ON\nSET NOCOUNT ON\nTHROW 50001, 'inside', 1")
+    ok(session, "CREATE PROCEDURE Sets AS SET XACT_ABORT ON")
+    outputs = session.run("BEGIN TRAN\nEXEC Sets\nBEGIN TRY\n    THROW 50002, 'outside', 1\nEND TRY\n"
+                          "BEGIN CATCH\n    SELECT XACT_STATE()\nEND CATCH\n"
+                          "BEGIN TRY\n    EXEC Fails\nEND TRY\nBEGIN CATCH\n    SELECT XACT_STATE()\nEND CATCH\n"
+                          "ROLLBACK")
+    assert [result.rows for result in results(outputs)] == [((1,),), ((-1,),)]
+    assert [type(output) for output in outputs].count(RowsAffected) == 2  # NOCOUNT ended with Fails
+
+
+@pytest.mark.parametrize("script", [
+    "SET ANSI_NULLS ON", "SET QUOTED_IDENTIFIER ON", "SET ANSI_NULLS, QUOTED_IDENTIFIER ON", "SET ANSI_PADDING ON",
+    "SET ANSI_WARNINGS ON", "SET ARITHABORT ON", "SET ARITHABORT OFF", "SET CONCAT_NULL_YIELDS_NULL ON",
+    "SET NUMERIC_ROUNDABORT OFF", "SET IMPLICIT_TRANSACTIONS OFF", "SET NOCOUNT OFF;", "set xact_abort on",
+    "SET DEADLOCK_PRIORITY LOW", "SET DEADLOCK_PRIORITY HIGH", "SET DEADLOCK_PRIORITY -10",
+    "DECLARE @p INT = 3; SET DEADLOCK_PRIORITY @p", "SET DEADLOCK_PRIORITY NORMAL",
+    "SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED", "SET TRANSACTION ISOLATION LEVEL READ COMMITTED",
+    "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", "SET TRANSACTION ISOLATION LEVEL SNAPSHOT",
+    "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE",
+])
+def test_set_options_scripts_carry_are_accepted(session: Session, script: str) -> None:
+    assert session.run(script + "\nPRINT 'after'") == [Printed("after")]
+
+
+@pytest.mark.parametrize(("script", "number"), [
+    ("SET ANSI_NULLS OFF", 40517), ("SET QUOTED_IDENTIFIER OFF", 40517), ("SET ANSI_PADDING OFF", 40517),
+    ("SET ANSI_WARNINGS OFF", 40517), ("SET CONCAT_NULL_YIELDS_NULL OFF", 40517),
+    ("SET NUMERIC_ROUNDABORT ON", 40517), ("SET IMPLICIT_TRANSACTIONS ON", 40517), ("SET ROWCOUNT 10", 40517),
+    ("SET DATEFORMAT dmy", 40517), ("SET FMTONLY ON", 40517), ("SET NOCONT ON", 195), ("SET XACT_ABORTED ON", 195),
+    ("SET LOCK_TIMEOUT -2", 102), ("SET DEADLOCK_PRIORITY 11", 102), ("SET DEADLOCK_PRIORITY SOMETIMES", 102),
+    ("SET TRANSACTION ISOLATION LEVEL CHAOS", 102), ("SET NOCOUNT MAYBE", 102),
+])
+def test_set_options_that_would_change_meaning_are_refused(session: Session, script: str, number: int) -> None:
+    assert failure(session, script).number == number
+
+
+def test_set_lock_timeout_is_kept_for_the_session(session: Session) -> None:
+    assert value(session, "SELECT @@LOCK_TIMEOUT") == -1
+    ok(session, "SET LOCK_TIMEOUT 1800")
+    assert value(session, "SELECT @@LOCK_TIMEOUT") == 1800
 
 
 def test_ddl_in_a_transaction_rolls_back_with_it(db: broker.Broker, session: Session) -> None:

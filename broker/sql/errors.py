@@ -10,12 +10,17 @@ class SqlError(BrokerError):
     ``Msg 8426, Level 16, State 1, Line 7`` followed by the message."""
 
     def __init__(self, number: int, message: str, *, line: int = 0, level: int = 16, state: int = 1,
-                 procedure: str | None = None) -> None:
+                 procedure: str | None = None, from_raiserror: bool = False) -> None:
         super().__init__(number, message)
         self.line = line
         self.level = level
         self.state = state
         self.procedure = procedure
+        # RAISERROR's errors leave the transaction alone even with XACT_ABORT ON (SQL Server's rule).
+        self.from_raiserror = from_raiserror
+        # Whether it rolls back (or dooms, when caught) the open transaction: SET XACT_ABORT
+        # as it was where the error happened (the session stamps it; None until then).
+        self.xact_abort: bool | None = None
 
     @classmethod
     def of(cls, error: BrokerError, line: int, procedure: str | None = None) -> SqlError:

@@ -222,8 +222,16 @@ class SetVariable(Statement):
 
 @dataclass
 class SetOption(Statement):
-    option: str
+    """SET option [, option ...] ON | OFF."""
+    options: list[str]  # upper case
     on: bool
+
+
+@dataclass
+class SetValue(Statement):
+    """SET LOCK_TIMEOUT n, SET DEADLOCK_PRIORITY ..., SET TRANSACTION ISOLATION LEVEL ..."""
+    option: str  # upper case
+    value: Expr
 
 
 @dataclass

@@ -18,6 +18,7 @@ from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from broker.sql import nodes as n
+from broker.sql import options
 from broker.sql.errors import SqlError
 
 INCORRECT_SYNTAX = 102
@@ -467,12 +468,23 @@ class _Build(Transformer[Token, Any]):
         return n.SetVariable(str(values[0]), values[1], values[2])
 
     @statement
-    def set_option(self, children: list[Any], _meta: Any) -> n.SetOption:
-        return n.SetOption(str(children[1]).upper(), bool(children[2]) if isinstance(children[2], bool)
-                           else str(children[2]).upper() == "ON")
+    def set_option(self, children: list[Any], meta: Any) -> n.SetOption:
+        line = _line(meta, self.offset)
+        return n.SetOption([options.check_name(name, line) for name in _of(children, _Name)], children[-1])
 
-    def set_option_name(self, children: list[Token]) -> str:
-        return str(children[0]).upper()
+    @statement
+    def set_value(self, children: list[Any], meta: Any) -> n.SetValue:
+        name, value = _of(children, _Name)[0], children[-1]
+        if isinstance(value, n.Column) and len(value.parts) == 1:  # a word: SET DEADLOCK_PRIORITY LOW
+            value = n.Literal(value.parts[0])
+        return n.SetValue(options.check_name(name, _line(meta, self.offset)), value)
+
+    @statement
+    def set_isolation(self, children: list[Any], _meta: Any) -> n.SetValue:
+        return n.SetValue("TRANSACTION ISOLATION LEVEL", n.Literal(children[-1]))
+
+    def isolation_level(self, children: list[Token]) -> str:
+        return " ".join(str(child).upper() for child in children)
 
     @statement
     def print(self, children: list[Any], _meta: Any) -> n.Print:

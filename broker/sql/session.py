@@ -5,10 +5,11 @@ transaction (``@@TRANCOUNT``) outlives a batch, variables do not. Each statement
 through the public verbs (``Broker`` for objects, ``Transaction`` for conversations), so
 the front end adds no semantics of its own.
 
-Transactions: a statement outside BEGIN TRANSACTION runs in a transaction of its own
-(autocommit). Inside one, every statement, DDL included, joins it. An error ends its
-batch (a TRY block catches it first); a transaction it leaves open stays open for the
-next batch, and the end of the script (``close``) rolls it back.
+Transactions (``broker.sql.transactions``): a statement outside BEGIN TRANSACTION runs
+in a transaction of its own (autocommit). Inside one, every statement, DDL included,
+joins it. An error ends its batch (a TRY block catches it first); a transaction it
+leaves open stays open for the next batch (unless SET XACT_ABORT ON), and the end of the
+script (``close``) rolls it back.
 """
 
 from __future__ import annotations
@@ -29,19 +30,18 @@ from broker.sql import values
 from broker.sql.batches import split_batches
 from broker.sql.errors import BreakLoop, ContinueLoop, ReturnFromBatch, SqlError
 from broker.sql.expressions import Evaluator, Scalar, Scope, TableVariable
+from broker.sql.options import Options
 from broker.sql.outputs import Failed, Output, Printed, ResultSet, RowsAffected
 from broker.sql.parser import parse_batch
+from broker.sql.transactions import UNSUPPORTED, ScriptTransaction
 
 if TYPE_CHECKING:
     from broker.database import Broker
     from broker.transaction import Transaction
 
-NO_BEGIN_FOR_COMMIT = 3902
-NO_BEGIN_FOR_ROLLBACK = 3903
 NOT_FIRST_IN_BATCH = 111
 NO_PROCEDURE = 2812
 NO_DATABASE = 911
-UNSUPPORTED = 40517
 ASSIGN_AND_RETRIEVE = 141
 TOO_MANY_ARGUMENTS = 8144
 MISSING_PARAMETER = 201
@@ -66,11 +66,10 @@ class Session:
         self.database_name: str = database_name or _database_name(db)
         self._on_output = on_output
         self._outputs: list[Output] = []
-        self._tx: Transaction | None = None
-        self.trancount = 0
+        self.transaction = ScriptTransaction()
         self.rowcount = 0
         self.last_error = 0
-        self.nocount = False
+        self.options = Options()
         self._caught: list[SqlError] = []
         self._procedure_name: str | None = None
 
@@ -94,21 +93,31 @@ class Session:
             statements = parse_batch(text, first_line)
             _check_procedure_first(statements)
             _check_loops(statements, inside=False)
+        except SqlError as error:  # compiling: nothing ran, the transaction is left as it is
+            self._failed(error)
+            return False
+        succeeded = True
+        try:
             self._run_list(statements, Scope())
         except ReturnFromBatch:
             pass
         except SqlError as error:
-            self.last_error = error.number
-            self._emit(Failed(error))
-            return False
-        return True
+            self.transaction.batch_failed(error)
+            self._failed(error)
+            succeeded = False
+        uncommittable = self.transaction.batch_ended()
+        if uncommittable is not None:
+            self._failed(uncommittable)
+            succeeded = False
+        return succeeded
+
+    def _failed(self, error: SqlError) -> None:
+        self.last_error = error.number
+        self._emit(Failed(error))
 
     def close(self) -> None:
         """The script has ended: an open transaction is rolled back, as when sqlcmd disconnects."""
-        if self._tx is not None:
-            tx, self._tx = self._tx, None
-            self.trancount = 0
-            _end(tx, commit=False)
+        self.transaction.close()
 
     def __enter__(self) -> Session:
         return self
@@ -126,7 +135,8 @@ class Session:
     def system_variable(self, name: str) -> Any:
         readers: dict[str, Callable[[], Any]] = {
             "@@ROWCOUNT": lambda: self.rowcount,
-            "@@TRANCOUNT": lambda: self.trancount,
+            "@@TRANCOUNT": lambda: self.transaction.trancount,
+            "@@LOCK_TIMEOUT": lambda: self.options.lock_timeout,
             "@@ERROR": lambda: self.last_error,
             "@@SPID": lambda: 1,
             "@@SERVERNAME": lambda: "servicebroker",
@@ -147,9 +157,7 @@ class Session:
                 "line": error.line, "procedure": error.procedure}[field]
 
     def xact_state(self) -> int:
-        if self._tx is None:
-            return 0
-        return -1 if self._tx.doomed else 1
+        return self.transaction.state()
 
     def transmission_status(self, handle: Any) -> str:
         # Not a snapshot: the verb locks the endpoint it reads (PostgreSQL refuses that in READ ONLY).
@@ -168,38 +176,7 @@ class Session:
     def _in_transaction(self, work: Callable[[Transaction], Any], *, reading: bool = False) -> Any:
         """Run ``work`` in the open transaction, or in one of its own (autocommit; a
         snapshot when it only reads)."""
-        if self._tx is not None:
-            with self.db.within(self._tx):
-                return work(self._tx)
-        opened = self.db.snapshot() if reading else self.db.transaction()
-        with opened as tx, self.db.within(tx):
-            return work(tx)
-
-    def _begin(self) -> None:
-        if self._tx is None:
-            from broker.transaction import Transaction
-            self._tx = Transaction(self.db.state)
-        self.trancount += 1
-
-    def _commit(self) -> None:
-        if self._tx is None:
-            raise SqlError(NO_BEGIN_FOR_COMMIT, "The COMMIT TRANSACTION request has no corresponding "
-                                                "BEGIN TRANSACTION.")
-        self.trancount -= 1
-        if self.trancount == 0:
-            tx, self._tx = self._tx, None
-            _end(tx, commit=True)
-
-    def _rollback(self, savepoint: str | None) -> None:
-        if self._tx is None:
-            raise SqlError(NO_BEGIN_FOR_ROLLBACK, "The ROLLBACK TRANSACTION request has no corresponding "
-                                                  "BEGIN TRANSACTION.")
-        if savepoint is not None and not savepoint.startswith("@"):
-            raise SqlError(UNSUPPORTED, f"ROLLBACK TRANSACTION {savepoint}: savepoints are not supported; "
-                                        "ROLLBACK TRANSACTION rolls back the whole transaction.")
-        tx, self._tx = self._tx, None
-        self.trancount = 0
-        _end(tx, commit=False)
+        return self.transaction.run(self.db, work, reading=reading)
 
     # -- statements -----------------------------------------------------------------------
 
@@ -209,12 +186,21 @@ class Session:
 
     def _run(self, statement: n.Statement, scope: Scope) -> None:
         try:
-            getattr(self, "_" + type(statement).__name__.lower())(statement, Evaluator(self, scope), scope)
-        except SqlError as error:
+            self._statement(statement, scope)
+        except SqlError as error:  # stamped where it happened, by the innermost statement
             if not error.line:
                 error.line = statement.line
             if self._procedure_name and not error.procedure:
                 error.procedure = self._procedure_name
+            if error.xact_abort is None:
+                error.xact_abort = self.options.xact_abort and not error.from_raiserror
+            raise
+
+    def _statement(self, statement: n.Statement, scope: Scope) -> None:
+        """Run one statement; whatever fails in it becomes a ``SqlError``."""
+        try:
+            getattr(self, "_" + type(statement).__name__.lower())(statement, Evaluator(self, scope), scope)
+        except SqlError:
             raise
         except BrokerError as error:
             raise SqlError.of(error, statement.line, self._procedure_name) from None
@@ -250,8 +236,12 @@ class Session:
         self.rowcount = 1
 
     def _setoption(self, statement: n.SetOption, _evaluator: Evaluator, _scope: Scope) -> None:
-        if statement.option == "NOCOUNT":
-            self.nocount = statement.on
+        for option in statement.options:
+            self.options.switch(option, statement.on)
+        self.rowcount = 0
+
+    def _setvalue(self, statement: n.SetValue, evaluator: Evaluator, _scope: Scope) -> None:
+        self.options.set(statement.option, evaluator.value(statement.value))
         self.rowcount = 0
 
     def _print(self, statement: n.Print, evaluator: Evaluator, _scope: Scope) -> None:
@@ -288,6 +278,7 @@ class Session:
             self._run_list(statement.body, scope)
         except SqlError as error:
             self.last_error = error.number
+            self.transaction.caught(error)
             self._caught.append(error)
             try:
                 self._run_list(statement.handler, scope)
@@ -321,18 +312,19 @@ class Session:
         if level <= 10:
             self._emit(Printed(text))
             return
-        raise SqlError(number, text, level=min(level, 25), state=values.convert(state, n.TypeName("INT")) or 1)
+        raise SqlError(number, text, level=min(level, 25), state=values.convert(state, n.TypeName("INT")) or 1,
+                       from_raiserror=True)
 
     def _begintransaction(self, _statement: n.BeginTransaction, _evaluator: Evaluator, _scope: Scope) -> None:
-        self._begin()
+        self.transaction.begin(self.db)
         self.rowcount = 0
 
     def _committransaction(self, _statement: n.CommitTransaction, _evaluator: Evaluator, _scope: Scope) -> None:
-        self._commit()
+        self.transaction.commit()
         self.rowcount = 0
 
     def _rollbacktransaction(self, statement: n.RollbackTransaction, _evaluator: Evaluator, _scope: Scope) -> None:
-        self._rollback(statement.savepoint)
+        self.transaction.rollback(statement.savepoint)
         self.rowcount = 0
 
     def _savetransaction(self, statement: n.SaveTransaction, _evaluator: Evaluator, _scope: Scope) -> None:
@@ -353,7 +345,7 @@ class Session:
         name = statement.database
         member = self._member(name)
         if member is not None and member is not self.db:
-            if self._tx is not None:
+            if self.transaction.open:
                 raise SqlError(UNSUPPORTED, "USE cannot switch databases inside an open transaction here.")
             self.db, self.database_name = member, name
         elif member is None and not (self.instance is not None and name.casefold() in _SYSTEM_DATABASES):
@@ -398,6 +390,7 @@ class Session:
         caller = evaluator or Evaluator(self, Scope())
         bound = _bind_arguments(procedure, args or [], caller, inner)
         outer_name, self._procedure_name = self._procedure_name, procedure.name[-1]
+        outer_options = self.options.copy()  # SET inside a procedure lasts until it returns
         result: Any = 0
         try:
             self._run_list(procedure.body, inner)
@@ -405,6 +398,7 @@ class Session:
             result = returned.value if returned.value is not None else 0
         finally:
             self._procedure_name = outer_name
+            self.options.restore(outer_options)
         if scope is not None:
             for parameter, target in bound:
                 scope.assign(target, inner.scalar(parameter).value)
@@ -479,7 +473,7 @@ class Session:
         else:
             self._emit(ResultSet(columns, tuple(rows)))
         self.rowcount = len(rows)
-        if not self.nocount and not assignments:
+        if not self.options.nocount and not assignments:
             self._emit(RowsAffected(len(rows)))
 
     def _waitfor(self, statement: n.WaitFor, evaluator: Evaluator, scope: Scope) -> None:
@@ -534,7 +528,7 @@ class Session:
     def _select(self, statement: n.Select, evaluator: Evaluator, scope: Scope) -> None:
         from broker.sql.queries import run_select_statement
         self._deliver(self._in_transaction(lambda tx: run_select_statement(tx, self.db, statement, evaluator),
-                                           reading=not statement.sources or self._tx is None), statement, scope)
+                                           reading=True), statement, scope)
 
     def _ddl(self, statement: n.Ddl, evaluator: Evaluator, _scope: Scope) -> None:
         from broker.sql.ddl import run_ddl
@@ -552,8 +546,8 @@ class Session:
         if statement.kind == "PROCEDURE":
             self._in_transaction(lambda _tx: self.db.drop_procedure(statement.name[-1]))
             return
-        if self._tx is not None and target is self.db:
-            with self.db.within(self._tx):
+        if self.transaction.tx is not None and target is self.db:
+            with self.db.within(self.transaction.tx):
                 run_ddl(target, statement, evaluator, self.instance)
         else:
             run_ddl(target, statement, evaluator, self.instance)
@@ -565,7 +559,7 @@ class Session:
         if self.instance is None:
             raise SqlError(UNSUPPORTED, "CREATE DATABASE needs an instance (broker --instance URL sql): a broker "
                                         "database alone is one database.")
-        if self._tx is not None:
+        if self.transaction.open:
             raise SqlError(226, "CREATE DATABASE statement not allowed within multi-statement transaction.")
         if self._member(name) is not None:
             raise SqlError(1801, f"Database '{name}' already exists. Choose a different database name.")
@@ -574,17 +568,6 @@ class Session:
 
 
 _SYSTEM_DATABASES = ("master", "msdb")
-
-
-def _end(tx: Transaction, *, commit: bool) -> None:
-    """Commit or roll back a script's transaction, then give its connection back."""
-    try:
-        if commit:
-            tx.commit()
-        else:
-            tx.rollback()
-    finally:
-        tx.close()
 
 
 def _no_database(name: str) -> SqlError:

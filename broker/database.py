@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -18,8 +19,19 @@ from broker import arguments
 from broker.conversations import outbound
 from broker.conversations.messages import Message
 from broker.conversations.receiving import message_from_row
-from broker.ddl import database_options, objects, priorities, procedures, routes
-from broker.errors import BrokerError
+from broker.ddl import (
+    certificate_store,
+    certificates,
+    database_options,
+    objects,
+    principals,
+    priorities,
+    procedures,
+    routes,
+)
+from broker.ddl.certificate_store import StoredCertificate
+from broker.ddl.certificates import PemSource
+from broker.errors import MISSING_OPTION, BrokerError, InvalidArgumentError
 from broker.events import EventHub
 from broker.runtime.runner import DEFAULT_POLL_S, Runtime
 from broker.runtime.transmitter import Transmitter
@@ -39,16 +51,18 @@ CATALOG_VIEWS = (
     "service_contract_message_usages", "service_queues", "services", "service_contract_usages",
     "routes", "remote_service_bindings", "conversation_groups", "conversation_endpoints", "transmission_queue",
     "conversation_priorities", "dm_broker_queue_monitors", "dm_broker_activated_tasks", "internal_tables",
-    "procedures",
+    "procedures", "symmetric_keys", "database_principals", "server_principals", "certificates",
+    "database_permissions", "server_permissions",
 )
 _VIEW_NAME = re.compile(r"^(?:sys\.)?([a-z_]+)$")
 _COLUMN_NAME = re.compile(r"^[a-z_]+$")
 # Catalog view columns read back as Python types on every backend (SQLite has neither
 # uuid nor timestamp types, so a view would otherwise hand back text).
 _GUID_COLUMNS = ("service_broker_guid", "conversation_handle", "conversation_id", "conversation_group_id",
-                 "outbound_session_key_identifier", "inbound_session_key_identifier")
+                 "outbound_session_key_identifier", "inbound_session_key_identifier", "key_guid")
 _TIME_COLUMNS = ("create_date", "modify_date", "lifetime", "dialog_timer", "security_timestamp", "enqueue_time",
-                 "last_empty_rowset_time", "last_activated_time")
+                 "last_empty_rowset_time", "last_activated_time", "start_date", "expiry_date",
+                 "pvt_key_last_backup_date")
 _COLUMN_KINDS = {**{column: "guid" for column in _GUID_COLUMNS}, **{column: "time" for column in _TIME_COLUMNS}}
 VIEW_COLUMN_TYPES: dict[str, Any] = {
     **{column: GUID() for column in _GUID_COLUMNS},
@@ -246,12 +260,10 @@ class Broker:
         self._ddl(lambda ctx: procedures.drop_procedure(ctx, name))
 
     def procedure_definition(self, name: str) -> str | None:
-        """The text of the T-SQL procedure ``name`` (case-insensitive), or None; a snapshot read."""
+        """The text of the T-SQL procedure ``name`` (case-insensitive), or None; a snapshot
+        read (in the transaction ``within`` lends, if any)."""
         name = arguments.object_name(name, "procedure")
-        ambient = _ambient.get()
-        if ambient is not None and ambient[0] is self._state:
-            return ambient[1].read(lambda ctx: procedures.procedure_definition(ctx, name))
-        return self._read(lambda ctx: procedures.procedure_definition(ctx, name))
+        return self._look(lambda ctx: procedures.procedure_definition(ctx, name))
 
     # -- ALTER DATABASE ------------------------------------------------------------------
 
@@ -365,6 +377,120 @@ class Broker:
         """DROP REMOTE SERVICE BINDING name."""
         name = arguments.object_name(name, "remote service binding")
         self._ddl(lambda ctx: routes.drop_remote_service_binding(ctx, name))
+
+    # -- security: master key, users, certificates, permissions (docs/sql.md) ------------
+    # Kept and shown (sys.symmetric_keys, sys.database_principals, sys.certificates,
+    # sys.database_permissions); nothing checks a permission. Each verb is one transaction
+    # (or the caller's, ``within``).
+
+    def create_master_key(self, password: str) -> None:
+        """CREATE MASTER KEY ENCRYPTION BY PASSWORD = password (15578 if there is one). A
+        certificate's private key needs it (or a password of its own). The password is
+        not kept: no key here is encrypted with it."""
+        arguments.text(password, "ENCRYPTION BY PASSWORD", empty=False)
+        self._ddl(principals.create_master_key)
+
+    def drop_master_key(self) -> None:
+        """DROP MASTER KEY (15151 without one; 15580 while a certificate's key needs it)."""
+        self._ddl(principals.drop_master_key)
+
+    def create_user(self, name: str, *, login: str | None = None, certificate: str | None = None) -> None:
+        """CREATE USER name FOR LOGIN login | FROM CERTIFICATE certificate | WITHOUT LOGIN
+        (neither given). 15023 if the name is taken; 15151 for an unknown certificate. The
+        login is the instance's: a database does not know its instance, so it is not
+        checked here (``broker sql`` checks it: 15007)."""
+        name = arguments.object_name(name, "user")
+        login = arguments.optional_object_name(login, "login")
+        certificate = arguments.optional_object_name(certificate, "certificate")
+        if login is not None and certificate is not None:
+            raise InvalidArgumentError(102, "CREATE USER takes FOR LOGIN or FROM CERTIFICATE, not both.",
+                                       near="CERTIFICATE")
+        self._ddl(lambda ctx: principals.create_user(ctx, name, login=login, certificate=certificate))
+
+    def drop_user(self, name: str) -> None:
+        """DROP USER name (15151 if there is none, 15138 while it owns a certificate)."""
+        name = arguments.object_name(name, "user")
+        self._ddl(lambda ctx: principals.drop_user(ctx, name))
+
+    def create_certificate(self, name: str, *, subject: str | None = None, owner: str | None = None,
+                           start_date: datetime | None = None, expiry_date: datetime | None = None,
+                           certificate: PemSource | None = None, private_key: PemSource | None = None,
+                           private_key_password: str | None = None, encryption_password: str | None = None,
+                           active_for_begin_dialog: bool = True) -> None:
+        """CREATE CERTIFICATE name [AUTHORIZATION owner] [ENCRYPTION BY PASSWORD =
+        encryption_password] WITH SUBJECT = subject [, START_DATE, EXPIRY_DATE] (a new key
+        pair), or FROM FILE = certificate [WITH PRIVATE KEY (FILE = private_key,
+        DECRYPTION BY PASSWORD = private_key_password)] (PEM or DER, content or a path,
+        read now); ACTIVE FOR BEGIN_DIALOG.
+
+        A private key needs the master key unless ``encryption_password`` is given
+        (15581). 15232 if the name or the certificate is taken, 15151 for an unknown owner.
+        """
+        name = arguments.object_name(name, "certificate")
+        owner = arguments.optional_object_name(owner, "user")
+        active = arguments.flag(active_for_begin_dialog, "ACTIVE FOR BEGIN_DIALOG")
+        if encryption_password is not None:
+            arguments.text(encryption_password, "ENCRYPTION BY PASSWORD", empty=False)
+        pem, key = certificates.certificate_and_key(
+            subject=subject, certificate=certificate, private_key=private_key,
+            private_key_password=private_key_password, start_date=start_date, expiry_date=expiry_date)
+        self._ddl(lambda ctx: certificate_store.create_certificate(
+            ctx, name, owner, pem, key, password_protected=encryption_password is not None,
+            active_for_begin_dialog=active))
+
+    def backup_certificate(self, name: str, file: str | os.PathLike[str], *,
+                           private_key_file: str | os.PathLike[str] | None = None,
+                           encryption_password: str | None = None) -> None:
+        """BACKUP CERTIFICATE name TO FILE = file [WITH PRIVATE KEY (FILE = private_key_file,
+        ENCRYPTION BY PASSWORD = encryption_password)]: the certificate in DER, as SQL
+        Server writes it; the key as PKCS#8 PEM encrypted with the password. Files are
+        new (15240 for one that exists); 15151 for an unknown certificate, 15297 for a key
+        it does not have."""
+        name = arguments.object_name(name, "certificate")
+        if (private_key_file is None) != (encryption_password is None):
+            raise InvalidArgumentError(MISSING_OPTION, statement="BACKUP CERTIFICATE ... WITH PRIVATE KEY",
+                                       names="FILE and ENCRYPTION BY PASSWORD")
+        found = self._look(lambda ctx: certificate_store.stored(ctx, name))
+        if private_key_file is not None and found.private_key is None:
+            raise BrokerError(certificates.INVALID_KEY_DATA, f"The certificate '{name}' has no private key to "
+                                                             "back up.")
+        certificates.write_new_file(file, certificates.der_of(found.certificate))
+        if private_key_file is not None and found.private_key is not None and encryption_password is not None:
+            password = arguments.text(encryption_password, "ENCRYPTION BY PASSWORD", empty=False)
+            certificates.write_new_file(private_key_file, certificates.encrypted_key_pem(found.private_key, password),
+                                        private=True)
+            self._ddl(lambda ctx: certificate_store.backed_up(ctx, name))
+
+    def certificate(self, name: str) -> StoredCertificate:
+        """Certificate ``name`` as the database keeps it (PEM; its private key if it has
+        one); 15151 if there is none. A snapshot read (in the transaction ``within``
+        lends, if any)."""
+        name = arguments.object_name(name, "certificate")
+        return self._look(lambda ctx: certificate_store.stored(ctx, name))
+
+    def drop_certificate(self, name: str) -> None:
+        """DROP CERTIFICATE name (15151 if there is none; 15352 while a user or login is
+        mapped to it or the endpoint presents it)."""
+        name = arguments.object_name(name, "certificate")
+        self._ddl(lambda ctx: certificate_store.drop_certificate(ctx, name))
+
+    def grant(self, permission: str, principal: str, *, service: str | None = None) -> None:
+        """GRANT permission [ON SERVICE::service] TO principal: SEND (and CONTROL, ALTER,
+        TAKE OWNERSHIP, VIEW DEFINITION, REFERENCES) on a service; CONNECT (CONTROL,
+        ALTER, VIEW DEFINITION) on the database. 15151 for an unknown service or user."""
+        self._permission(principals.grant, permission, principal, service)
+
+    def revoke(self, permission: str, principal: str, *, service: str | None = None) -> None:
+        """REVOKE permission [ON SERVICE::service] FROM principal (not granted: no change)."""
+        self._permission(principals.revoke, permission, principal, service)
+
+    def _permission(self, verb: Callable[[TxContext, str, tuple[int, str | None], str], None], permission: str,
+                    principal: str, service: str | None) -> None:
+        words = " ".join(arguments.text(permission, "permission", empty=False).upper().split())
+        principal = arguments.object_name(principal, "principal")
+        securable = (principals.DATABASE, None) if service is None else (
+            principals.SERVICE, arguments.text(service, "service name", longest=arguments.NVARCHAR_256, empty=False))
+        self._ddl(lambda ctx: verb(ctx, words, securable, principal))
 
     # -- looking -----------------------------------------------------------------------
 
@@ -491,6 +617,13 @@ class Broker:
     def _read(self, verb: Callable[[TxContext], T]) -> T:
         with self.snapshot() as tx:
             return tx.read(verb)
+
+    def _look(self, verb: Callable[[TxContext], T]) -> T:
+        """``verb``, which only reads, in the transaction ``within`` lends, or on a snapshot."""
+        ambient = _ambient.get()
+        if ambient is not None and ambient[0] is self._state:
+            return ambient[1].read(verb)
+        return self._read(verb)
 
     # -- the runtime ---------------------------------------------------------------------
 

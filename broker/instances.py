@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple, cast
@@ -29,11 +29,11 @@ from sqlalchemy.engine import URL
 
 from broker import arguments
 from broker.database import Broker, connect
-from broker.ddl import endpoint_views, endpoints, mirroring
+from broker.ddl import endpoint_views, endpoints, mirroring, principals
 from broker.ddl.certificates import PemSource
 from broker.ddl.endpoint_options import endpoint_options
 from broker.ddl.endpoints import EndpointConfig
-from broker.errors import BrokerError
+from broker.errors import MISSING_OPTION, BrokerError, InvalidArgumentError
 from broker.runtime.instance import InstanceRuntime
 from broker.runtime.runner import DEFAULT_POLL_S
 from broker.storage.context import TxContext
@@ -221,6 +221,45 @@ class Instance:
         """DROP ENDPOINT name: one transaction of the instance catalog; 15151 if there is none."""
         name = arguments.object_name(name, "endpoint")
         run_in(self.msdb, lambda ctx: endpoints.drop_endpoint(ctx, name))
+
+    # -- logins and their permissions on the endpoint (master's) ----------------------
+
+    def create_login(self, name: str, *, certificate: str | None = None, password: str | None = None) -> None:
+        """CREATE LOGIN name FROM CERTIFICATE certificate (one of master's: the instance
+        catalog's) | WITH PASSWORD = password (checked, not kept: no one logs in with it
+        here). One transaction of the instance catalog; 15025 if the name is taken, 15151
+        for an unknown certificate."""
+        name = arguments.object_name(name, "login")
+        certificate = arguments.optional_object_name(certificate, "certificate")
+        if (certificate is None) == (password is None):
+            raise InvalidArgumentError(MISSING_OPTION, statement="CREATE LOGIN",
+                                       names="FROM CERTIFICATE or WITH PASSWORD, not both")
+        if password is not None:
+            arguments.text(password, "PASSWORD")
+        run_in(self.msdb, lambda ctx: principals.create_login(ctx, name, certificate=certificate))
+
+    def drop_login(self, name: str) -> None:
+        """DROP LOGIN name: one transaction of the instance catalog (15151 if there is none)."""
+        name = arguments.object_name(name, "login")
+        run_in(self.msdb, lambda ctx: principals.drop_login(ctx, name))
+
+    def grant(self, permission: str, login: str, *, endpoint: str) -> None:
+        """GRANT permission ON ENDPOINT::endpoint TO login: CONNECT makes the endpoint trust
+        the login's certificate (``certificate_store.trusted_by``; a running runtime takes
+        it within a second); CONTROL, ALTER, TAKE OWNERSHIP, VIEW DEFINITION are kept.
+        One transaction of the instance catalog; 15151 for an unknown endpoint or login."""
+        self._permission(principals.grant, permission, login, endpoint)
+
+    def revoke(self, permission: str, login: str, *, endpoint: str) -> None:
+        """REVOKE permission ON ENDPOINT::endpoint FROM login (not granted: no change)."""
+        self._permission(principals.revoke, permission, login, endpoint)
+
+    def _permission(self, verb: Callable[[TxContext, str, tuple[int, str | None], str], None], permission: str,
+                    login: str, endpoint: str) -> None:
+        words = " ".join(arguments.text(permission, "permission", empty=False).upper().split())
+        login = arguments.object_name(login, "login")
+        securable = (principals.ENDPOINT, arguments.object_name(endpoint, "endpoint"))
+        run_in(self.msdb, lambda ctx: verb(ctx, words, securable, login))
 
     def endpoint_config(self) -> EndpointConfig | None:
         """The instance's Service Broker endpoint as its runtime serves it (None if none)."""

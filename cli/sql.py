@@ -186,9 +186,13 @@ def prompt(session: Session) -> None:
 
 def open_session(state: CliState, shown: Shown) -> Session:
     """A session on the database the command line names; with --instance, USE can switch
-    to the instance's other databases."""
+    to the instance's other databases, and without --database it starts in master (the
+    instance catalog), as sqlcmd does on a server."""
     from broker.sql.session import Session
 
+    if state.on_instance_itself:
+        inst = state.instance()
+        return Session(inst.msdb, on_output=shown, instance=inst, database_name="master")
     if state.on_instance:
         return Session(state.db(), on_output=shown, instance=state.instance(), database_name=state.database_name)
     return Session(state.db(), on_output=shown)
@@ -223,6 +227,9 @@ def sql(state: CliState, text: str | None, files: tuple[IO[bytes], ...], format_
     a transaction stays open across batches until COMMIT, ROLLBACK or the end of the
     script, which rolls it back. A batch that fails prints its error (Msg N, Level L,
     State S, Line X) on stderr and the next batch runs; the exit status is then 1.
+
+    With --instance and no --database the session starts in master, the instance
+    catalog (USE moves to a member; master and msdb are the catalog).
 
     \b
     Example:

@@ -19,7 +19,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from test_cli import Run, cli_runner
+
+import broker
+from cli.main import cli
 
 BROKER_SCRIPT = Path(sys.executable).with_name("broker")
 SELECT_ONE = "SELECT 1 AS n, N'x' AS s"
@@ -116,6 +120,19 @@ def test_a_file_that_cannot_be_read_is_a_usage_error(run: Run, tmp_path: Path) -
     binary.write_bytes(b"PRINT 1\n\xff\xfe\xfa")
     result = run("sql", "-f", str(binary), expect=2)
     assert result.stderr == f"error: {binary} is not UTF-8 text (byte 8). See 'broker sql --help'.\n"
+
+
+def test_with_an_instance_and_no_database_a_session_starts_in_master(db_url: str) -> None:
+    """As sqlcmd on a server: master is the instance catalog, where logins are made."""
+    result = CliRunner().invoke(cli, ["--instance", db_url, "sql", "-c",
+                                      "SELECT DB_NAME() AS db\nCREATE LOGIN Peer WITH PASSWORD = N'x'"])
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    assert result.stdout == "db\n------\nmaster\n\n(1 row affected)\n"
+    inst = broker.instance(db_url)
+    try:
+        assert "Peer" in {row["name"] for row in inst.catalog("sys.server_principals")}
+    finally:
+        inst.dispose()
 
 
 # -- JSON Lines ----------------------------------------------------------------------------------------

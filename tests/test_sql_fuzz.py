@@ -28,6 +28,10 @@ TOKENS = [
     "AS", "NULL", "1", "0", "-1", "2147483648", "1e400", "0x00", "GO", "\n", "EXEC", "PROCEDURE", "RETURN",
     "END CONVERSATION @h", "BEGIN DIALOG @h FROM SERVICE [s] TO SERVICE 's'", "GET CONVERSATION GROUP @g FROM q",
     ".value('(/a)[1]', 'int')", "NEWID()", "TIMEOUT", "CLEANUP", "ERROR", "DESCRIPTION", "--", "/*", "*/",
+    # security statements, table hints, SET options (no file names: BACKUP would write them)
+    "CERTIFICATE", "MASTER KEY", "USER", "LOGIN", "GRANT", "REVOKE", "::", "AUTHORIZATION", "PASSWORD",
+    "ENCRYPTION BY PASSWORD = N'x'", "WITHOUT LOGIN", "SUBJECT", "ENDPOINT", "CONNECT", "WITH (NOLOCK)", "(NOLOCK)",
+    "XACT_ABORT", "LOCK_TIMEOUT", "ISOLATION LEVEL",
 ]
 
 

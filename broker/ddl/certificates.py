@@ -22,6 +22,7 @@ import secrets
 import ssl
 import tempfile
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from broker import arguments
-from broker.errors import BrokerError
+from broker.errors import MISSING_OPTION, BrokerError, InvalidArgumentError
 
 # What a PEM is given as: its content (bytes, or a str holding "-----BEGIN") or a file path.
 PemSource = str | bytes | os.PathLike[str]
@@ -48,18 +49,25 @@ LONGEST_VALIDITY_DAYS = 36_525  # a hundred years
 _CLOCK_SKEW = timedelta(minutes=5)
 
 
-def create_certificate(name: str, *, days: int = 365, start_date: datetime | None = None) -> tuple[bytes, bytes]:
+def create_certificate(name: str, *, days: int = 365, start_date: datetime | None = None,
+                       expiry_date: datetime | None = None) -> tuple[bytes, bytes]:
     """A new key pair and a self-signed certificate whose subject is ``CN=name``:
     (certificate PEM, private key PEM, unencrypted PKCS#8).
 
     CREATE CERTIFICATE ... WITH SUBJECT, START_DATE, EXPIRY_DATE: valid from ``start_date``
-    (default: now) for ``days`` days. The key is EC P-256, which TLS 1.2 and 1.3 take.
+    (default: now) until ``expiry_date`` (default: ``days`` days later; 15297 if it is
+    not after the start). The key is EC P-256, which TLS 1.2 and 1.3 take.
     """
     name = arguments.object_name(name, "certificate")
     days = arguments.integer(days, "the certificate's days of validity", minimum=1, maximum=LONGEST_VALIDITY_DAYS)
-    if start_date is not None and not isinstance(start_date, datetime):
-        raise arguments.wrong_type("START_DATE", start_date, "datetime")
+    for clause, moment in (("START_DATE", start_date), ("EXPIRY_DATE", expiry_date)):
+        if moment is not None and not isinstance(moment, datetime):
+            raise arguments.wrong_type(clause, moment, "datetime")
     start = datetime.now(UTC) - _CLOCK_SKEW if start_date is None else _aware(start_date)
+    end = start + timedelta(days=days) if expiry_date is None else _aware(expiry_date)
+    if end <= start:
+        raise BrokerError(INVALID_KEY_DATA, f"{_INVALID_DATA_TEXT} The EXPIRY_DATE ({end:%Y-%m-%d %H:%M:%S}) must "
+                                            f"come after the START_DATE ({start:%Y-%m-%d %H:%M:%S}).")
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     key_id = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
@@ -70,7 +78,7 @@ def create_certificate(name: str, *, days: int = 365, start_date: datetime | Non
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(start)
-        .not_valid_after(start + timedelta(days=days))
+        .not_valid_after(end)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
                                      data_encipherment=False, key_agreement=False, key_cert_sign=False,
@@ -82,6 +90,42 @@ def create_certificate(name: str, *, days: int = 365, start_date: datetime | Non
         .sign(key, hashes.SHA256())
     )
     return canonical_pem(certificate), canonical_key_pem(key)
+
+
+def certificate_and_key(*, subject: str | None, certificate: PemSource | None, private_key: PemSource | None,
+                        private_key_password: str | None, start_date: datetime | None,
+                        expiry_date: datetime | None) -> tuple[bytes, bytes | None]:
+    """CREATE CERTIFICATE's certificate and private key (PEM; the key unencrypted, or None
+    when a certificate comes without one): a new pair WITH SUBJECT, or one FROM FILE
+    (PEM or DER, content or a path) WITH PRIVATE KEY (FILE, DECRYPTION BY PASSWORD).
+    A key that is not the certificate's is 15297; files that cannot be read, 15208."""
+    if (subject is None) == (certificate is None):
+        raise InvalidArgumentError(MISSING_OPTION, statement="CREATE CERTIFICATE",
+                                   names="SUBJECT (a new certificate) or FROM FILE (an imported one), not both")
+    if certificate is None:
+        if private_key is not None:
+            raise _invalid_file("a new certificate makes its own private key: give no private key file")
+        return create_certificate(arguments.text(subject, "SUBJECT"), start_date=start_date, expiry_date=expiry_date)
+    pem = certificate_pem(read_pem(certificate, "certificate"))
+    if private_key is None:
+        return pem, None
+    password = None if private_key_password is None else arguments.text(private_key_password, "DECRYPTION BY PASSWORD")
+    key = canonical_key_pem(load_private_key(read_pem(private_key, "private key"), password))
+    check_key_pair(pem, key)
+    return pem, key
+
+
+def write_new_file(path: str | os.PathLike[str], data: bytes, *, private: bool = False) -> None:
+    """BACKUP CERTIFICATE's files: a new file (never one that exists: 15240), mode 0600
+    for a private key."""
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if private else 0o644)
+        with os.fdopen(descriptor, "wb") as out:
+            out.write(data)
+    except (OSError, ValueError) as exc:
+        raise BrokerError(15240, f"Cannot write into file '{os.fspath(path)}'. Verify that you have write "
+                                 "permissions, that the file path is valid, and that the file does not already "
+                                 f"exist. ({getattr(exc, 'strerror', None) or exc})") from None
 
 
 def read_pem(value: PemSource, what: str = "certificate") -> bytes:
@@ -122,12 +166,61 @@ def load_certificates(pem: bytes, what: str = "certificate") -> list[x509.Certif
         raise _invalid_file(f"the {what} is not PEM certificate text: {_first_line(exc)}") from None
 
 
-def load_private_key(pem: bytes) -> PrivateKeyTypes:
-    """The private key that ``pem`` holds, unencrypted (15208 otherwise)."""
+def load_private_key(pem: bytes, password: str | None = None) -> PrivateKeyTypes:
+    """The private key that ``pem`` holds, unencrypted or encrypted with ``password``
+    (15208 otherwise, and for a wrong password)."""
     try:
-        return serialization.load_pem_private_key(pem, password=None)
+        return serialization.load_pem_private_key(pem, password=None if password is None else password.encode())
     except (ValueError, TypeError, NotImplementedError) as exc:
-        raise _invalid_file(f"the private key is not unencrypted PEM key text: {_first_line(exc)}") from None
+        kind = "unencrypted PEM key text" if password is None else "PEM key text this password decrypts"
+        raise _invalid_file(f"the private key is not {kind}: {_first_line(exc)}") from None
+
+
+def encrypted_key_pem(private_key_pem: bytes, password: str) -> bytes:
+    """A private key as PKCS#8 PEM encrypted with ``password`` (BACKUP CERTIFICATE ...
+    WITH PRIVATE KEY (ENCRYPTION BY PASSWORD = ...))."""
+    encryption = serialization.BestAvailableEncryption(password.encode())
+    return load_private_key(private_key_pem).private_bytes(serialization.Encoding.PEM,
+                                                           serialization.PrivateFormat.PKCS8, encryption)
+
+
+def certificate_pem(data: bytes, what: str = "certificate") -> bytes:
+    """One certificate, PEM or DER (SQL Server's .cer files), as canonical PEM (15208
+    for anything else)."""
+    if b"-----BEGIN" in data:
+        return canonical_pem(load_certificate(data, what))
+    try:
+        return canonical_pem(x509.load_der_x509_certificate(data))
+    except ValueError as exc:
+        raise _invalid_file(f"the {what} is neither PEM nor DER certificate data: {_first_line(exc)}") from None
+
+
+def der_of(pem: bytes) -> bytes:
+    """A certificate's DER form: what BACKUP CERTIFICATE writes, as SQL Server does."""
+    return load_certificate(pem).public_bytes(serialization.Encoding.DER)
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What sys.certificates shows of a certificate."""
+
+    subject: str
+    issuer: str
+    serial_number: str  # hex
+    sha1: bytes  # SQL Server's thumbprint: the SHA-1 of the DER form
+    start: datetime
+    expiry: datetime
+    key_length: int
+
+
+def facts_of(pem: bytes) -> Facts:
+    certificate = load_certificate(pem)
+    der = certificate.public_bytes(serialization.Encoding.DER)
+    key = certificate.public_key()
+    return Facts(subject=principal_of(pem), issuer=_common_name(certificate.issuer),
+                 serial_number=format(certificate.serial_number, "x"), sha1=hashlib.sha1(der).digest(),
+                 start=certificate.not_valid_before_utc, expiry=certificate.not_valid_after_utc,
+                 key_length=getattr(key, "key_size", 0))
 
 
 def check_key_pair(certificate_pem: bytes, private_key_pem: bytes) -> None:
@@ -149,9 +242,12 @@ def thumbprint(pem: bytes) -> str:
 def principal_of(pem: bytes) -> str:
     """The certificate's subject common name (the whole subject if it has none): the
     principal a connection authenticated with it runs as."""
-    subject = load_certificate(pem).subject
-    names = subject.get_attributes_for_oid(NameOID.COMMON_NAME)
-    value = names[0].value if names else subject.rfc4514_string()
+    return _common_name(load_certificate(pem).subject)
+
+
+def _common_name(name: x509.Name) -> str:
+    names = name.get_attributes_for_oid(NameOID.COMMON_NAME)
+    value = names[0].value if names else name.rfc4514_string()
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 

@@ -23,7 +23,7 @@ from typing import Any, cast
 
 from sqlalchemy import Table, delete, insert, select, update
 
-from broker.ddl import certificates
+from broker.ddl import certificate_store, certificates, principals
 from broker.ddl.endpoint_options import ALGORITHM, Encryption, EndpointState, missing_authentication
 from broker.ddl.objects import next_id
 from broker.errors import BrokerError
@@ -134,26 +134,32 @@ def alter_endpoint(ctx: TxContext, name: str, options: dict[str, Any]) -> None:
 
 
 def drop_endpoint(ctx: TxContext, name: str) -> None:
-    """DROP ENDPOINT name (15151 if there is none)."""
+    """DROP ENDPOINT name (15151 if there is none), and the permissions granted on it."""
     _lock_catalog(ctx)
-    if not ctx.conn.execute(delete(endpoints).where(endpoints.c.name == name)).rowcount:
+    endpoint_id = ctx.conn.execute(select(endpoints.c.endpoint_id).where(endpoints.c.name == name)).scalar()
+    if endpoint_id is None:
         raise BrokerError(NOT_FOUND, f"Cannot drop the endpoint '{name}', because it does not exist or you do "
                                      "not have permission.")
+    ctx.conn.execute(delete(endpoints).where(endpoints.c.endpoint_id == endpoint_id))
+    principals.drop_permissions_on(ctx, principals.ENDPOINT, endpoint_id)
     ctx.catalog_changed()
 
 
 def endpoint_config(ctx: TxContext) -> EndpointConfig | None:
     """The instance's Service Broker endpoint (None if it has none), read in the caller's
-    transaction."""
+    transaction. It trusts the peers it was given and the certificates of master whose
+    login has CONNECT on it (``certificate_store.trusted_by``)."""
     row = ctx.conn.execute(select(endpoints)).first()
     if row is None:
         return None
     peers = certificates.load_certificates(row.trusted_peers.encode("ascii")) if row.trusted_peers else []
+    trusted = dict.fromkeys([*(certificates.canonical_pem(peer) for peer in peers),
+                             *certificate_store.trusted_by(ctx, row.endpoint_id)])
     return EndpointConfig(
         endpoint_id=row.endpoint_id, name=row.name, port=row.port, listener_ip=row.listener_ip,
         state=cast(EndpointState, row.state),
         certificate=row.certificate.encode("ascii"), private_key=row.private_key.encode("ascii"),
-        trusted_peers=tuple(certificates.canonical_pem(peer) for peer in peers),
+        trusted_peers=tuple(trusted),
         encryption=cast(Encryption, row.encryption),
         algorithm=row.encryption_algorithm, message_forwarding=bool(row.message_forwarding),
         message_forward_size=row.message_forward_size,

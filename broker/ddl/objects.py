@@ -16,6 +16,7 @@ from broker.conversations import delivery  # a module, not its names: delivery i
 from broker.conversations import endpoints as ep
 from broker.conversations.system_messages import REMOTE_SERVICE_DROPPED
 from broker.conversations.validation import compile_schema
+from broker.ddl import principals
 from broker.errors import MISSING_OPTION, SYSTEM_OBJECT, BrokerError, InvalidArgumentError
 from broker.storage.catalog import QueueInfo
 from broker.storage.context import TxContext
@@ -305,7 +306,8 @@ def lock_conversations(ctx: TxContext, service_id: int | None = None) -> list[En
 
 
 def drop_service(ctx: TxContext, name: str) -> None:
-    """Drop a service: its messages go, and far sides of its open dialogs get Error -8470."""
+    """Drop a service: its messages and the permissions on it go, and far sides of its open
+    dialogs get Error -8470."""
     service = ctx.catalog.services_by_name.get(name)
     if service is None:
         raise BrokerError(3701, kind="service", name=name)
@@ -320,6 +322,7 @@ def drop_service(ctx: TxContext, name: str) -> None:
     table = queue_table(ctx.catalog.queues[service.queue_id].table_name)
     ctx.conn.execute(delete(table).where(table.c.service_id == service.id))
     ctx.conn.execute(delete(Service).where(Service.service_id == service.id))
+    principals.drop_permissions_on(ctx, principals.SERVICE, service.id)
     ctx.catalog_changed()
 
 

@@ -10,17 +10,25 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from broker.ddl.endpoint_options import NO_CERTIFICATE
 from broker.sql import nodes as n
 from broker.sql import values
+from broker.sql.clauses import (
+    DUPLICATE_OPTION,
+    INCORRECT_SYNTAX,
+    needs_instance,
+    options_of,
+    switch,
+    syntax_error,
+    value_of,
+)
 from broker.sql.errors import SqlError
 from broker.sql.expressions import Evaluator
+from broker.sql.security import HANDLERS as SECURITY_HANDLERS
 
 if TYPE_CHECKING:
     from broker.database import Broker
 
-INCORRECT_SYNTAX = 102
-DUPLICATE_OPTION = 1055
-NEEDS_INSTANCE = 40517
 
 
 def run_ddl(db: Broker, statement: n.Ddl, evaluator: Evaluator, instance: Any | None) -> None:
@@ -30,39 +38,8 @@ def run_ddl(db: Broker, statement: n.Ddl, evaluator: Evaluator, instance: Any | 
     handler(db, statement, evaluator, instance)
 
 
-def _syntax(near: str) -> SqlError:
-    return SqlError(INCORRECT_SYNTAX, f"Incorrect syntax near '{near}'.")
-
-
-def _options(statement: n.Ddl | list[n.Option], known: dict[str, str], evaluator: Evaluator) -> dict[str, Any]:
-    """``NAME = value`` options by their verb keyword (``known`` maps T-SQL name to keyword)."""
-    given = statement.clauses.get("options", []) if isinstance(statement, n.Ddl) else statement
-    found: dict[str, Any] = {}
-    for option in given:
-        keyword = known.get(option.name)
-        if keyword is None:
-            raise _syntax(option.name)
-        if keyword in found:
-            raise SqlError(DUPLICATE_OPTION, f"'{option.name}' option is specified more than once.")
-        found[keyword] = _value(option.value, evaluator)
-    return found
-
-
-def _value(value: Any, evaluator: Evaluator) -> Any:
-    """An option's value: an expression evaluated, a bare word as its text, ON/OFF as a flag."""
-    if isinstance(value, n.Expr):
-        return evaluator.value(value)
-    return value
-
-
 def _name(statement: n.Ddl) -> str:
     return statement.name[-1]
-
-
-def _switch(value: Any, what: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    raise _syntax(str(value) if value is not None else what)
 
 
 # -- message types, contracts, schema collections ------------------------------------------
@@ -82,16 +59,16 @@ def _alter_message_type(db: Broker, statement: n.Ddl, _evaluator: Evaluator, _in
 
 def _check_validation(kind: str, collection: str | None) -> None:
     if kind not in ("NONE", "EMPTY", "WELL_FORMED_XML", "VALID_XML"):
-        raise _syntax(kind)
+        raise syntax_error(kind)
     if (kind == "VALID_XML") != (collection is not None):
-        raise _syntax(kind if collection is None else "WITH")
+        raise syntax_error(kind if collection is None else "WITH")
 
 
 def _create_contract(db: Broker, statement: n.Ddl, _evaluator: Evaluator, _instance: Any) -> None:
     usages = statement.clauses["usages"]
     for _type, direction in usages:
         if direction not in ("INITIATOR", "TARGET", "ANY"):
-            raise _syntax(direction)
+            raise syntax_error(direction)
     db.create_contract(_name(statement), list(usages))
 
 
@@ -115,34 +92,34 @@ def _queue_options(statement: n.Ddl, evaluator: Evaluator) -> dict[str, Any]:
     for option in statement.clauses.get("options", []):
         keyword = _QUEUE_OPTIONS.get(option.name)
         if keyword is None:
-            raise _syntax(option.name)
+            raise syntax_error(option.name)
         if keyword in found:
             raise SqlError(DUPLICATE_OPTION, f"'{option.name}' option is specified more than once.")
         nested = isinstance(option.value, list)
         if keyword == "activation":
             if not nested:
-                raise _syntax(option.name)
+                raise syntax_error(option.name)
             found[keyword] = _activation(option.value, evaluator)
         elif keyword == "poison_message_handling":
             if not nested:
-                raise _syntax(option.name)
-            inner = _options(option.value, {"STATUS": "status"}, evaluator)
-            found[keyword] = _switch(inner.get("status", True), "STATUS")
+                raise syntax_error(option.name)
+            inner = options_of(option.value, {"STATUS": "status"}, evaluator)
+            found[keyword] = switch(inner.get("status", True), "STATUS")
         else:
             if nested:
-                raise _syntax("(")
-            found[keyword] = _switch(option.value, option.name)
+                raise syntax_error("(")
+            found[keyword] = switch(option.value, option.name)
     return found
 
 
 def _activation(items: list[n.Option], evaluator: Evaluator) -> dict[str, Any] | None:
     if any(item.name == "DROP" for item in items):
         if len(items) != 1:
-            raise _syntax("DROP")
+            raise syntax_error("DROP")
         return None
-    options = _options(items, _ACTIVATION_OPTIONS, evaluator)
+    options = options_of(items, _ACTIVATION_OPTIONS, evaluator)
     if "status" in options:
-        options["status"] = _switch(options["status"], "STATUS")
+        options["status"] = switch(options["status"], "STATUS")
     if "procedure_name" in options:
         options["procedure_name"] = str(options["procedure_name"])
     if "execute_as" in options:
@@ -180,33 +157,33 @@ _ROUTE_OPTIONS = {"SERVICE_NAME": "service_name", "BROKER_INSTANCE": "broker_ins
 
 
 def _create_route(db: Broker, statement: n.Ddl, evaluator: Evaluator, _instance: Any) -> None:
-    options = _options(statement, _ROUTE_OPTIONS, evaluator)
+    options = options_of(statement, _ROUTE_OPTIONS, evaluator)
     if "address" not in options:
-        raise _syntax(statement.clauses["options"][-1].name if statement.clauses.get("options") else "WITH")
+        raise syntax_error(statement.clauses["options"][-1].name if statement.clauses.get("options") else "WITH")
     address = options.pop("address")
     db.create_route(_name(statement), address, **options)
 
 
 def _alter_route(db: Broker, statement: n.Ddl, evaluator: Evaluator, _instance: Any) -> None:
-    db.alter_route(_name(statement), **_options(statement, _ROUTE_OPTIONS, evaluator))
+    db.alter_route(_name(statement), **options_of(statement, _ROUTE_OPTIONS, evaluator))
 
 
 _BINDING_OPTIONS = {"USER": "user", "ANONYMOUS": "anonymous"}
 
 
 def _create_binding(db: Broker, statement: n.Ddl, evaluator: Evaluator, _instance: Any) -> None:
-    options = _options(statement, _BINDING_OPTIONS, evaluator)
+    options = options_of(statement, _BINDING_OPTIONS, evaluator)
     if "user" not in options:
-        raise _syntax("WITH")
-    anonymous = _switch(options.get("anonymous", False), "ANONYMOUS")
+        raise syntax_error("WITH")
+    anonymous = switch(options.get("anonymous", False), "ANONYMOUS")
     db.create_remote_service_binding(_name(statement), evaluator.value(statement.clauses["service"]),
                                      str(options["user"]), anonymous=anonymous)
 
 
 def _alter_binding(db: Broker, statement: n.Ddl, evaluator: Evaluator, _instance: Any) -> None:
-    options = _options(statement, _BINDING_OPTIONS, evaluator)
+    options = options_of(statement, _BINDING_OPTIONS, evaluator)
     if "anonymous" in options:
-        options["anonymous"] = _switch(options["anonymous"], "ANONYMOUS")
+        options["anonymous"] = switch(options["anonymous"], "ANONYMOUS")
     if "user" in options:
         options["user"] = str(options["user"])
     db.alter_remote_service_binding(_name(statement), **options)
@@ -217,7 +194,7 @@ _PRIORITY_OPTIONS = {"CONTRACT_NAME": "contract_name", "LOCAL_SERVICE_NAME": "lo
 
 
 def _priority_options(statement: n.Ddl, evaluator: Evaluator) -> dict[str, Any]:
-    options = _options(statement, _PRIORITY_OPTIONS, evaluator)
+    options = options_of(statement, _PRIORITY_OPTIONS, evaluator)
     return {name: (str(value) if name != "priority_level" or not isinstance(value, int) else value)
             for name, value in options.items()}
 
@@ -249,55 +226,74 @@ def _alter_database(db: Broker, statement: n.Ddl, _evaluator: Evaluator, _instan
     elif setting == "TRUSTWORTHY" and switch is not None:
         pass  # permissions between databases are not modelled (docs/sql.md)
     else:
-        raise _syntax(setting)
+        raise syntax_error(setting)
 
 
 # -- endpoints (the instance's) --------------------------------------------------------------
 
 
-def _endpoint_options(statement: n.Ddl, evaluator: Evaluator) -> dict[str, Any]:
+def _endpoint_options(statement: n.Ddl, evaluator: Evaluator, instance: Any) -> dict[str, Any]:
     found: dict[str, Any] = {}
-    transport = {option.name: _value(option.value, evaluator) for option in statement.clauses["transport"]}
+    transport = {option.name: value_of(option.value, evaluator) for option in statement.clauses["transport"]}
     for name in transport:
         if name not in ("LISTENER_PORT", "LISTENER_IP"):
-            raise _syntax(name)
+            raise syntax_error(name)
     if "LISTENER_PORT" in transport:
         found["port"] = values.convert(transport["LISTENER_PORT"], n.TypeName("INT"))
     if "LISTENER_IP" in transport:
         found["listener_ip"] = str(transport["LISTENER_IP"])
     for option in statement.clauses["broker"]:
         words = option.value if isinstance(option.value, tuple) else (option.value,)
-        first = _value(words[0], evaluator)
+        first = value_of(words[0], evaluator)
         if option.name == "ENCRYPTION":
             found["encryption"] = str(first).upper()
         elif option.name == "MESSAGE_FORWARDING":
             found["message_forwarding"] = str(first).upper() == "ENABLED"
         elif option.name == "MESSAGE_FORWARD_SIZE":
             found["message_forward_size"] = values.convert(first, n.TypeName("INT"))
-        # AUTHENTICATION: the endpoint authenticates with the certificate files given to
-        # Instance.create_endpoint; WINDOWS has no meaning here (docs/sql.md).
+        elif option.name == "AUTHENTICATION":
+            found.update(_authentication([str(value_of(word, evaluator)) for word in words], instance))
     if statement.clauses.get("state"):
         found["state"] = statement.clauses["state"]
     return found
 
 
-def _needs_instance(instance: Any | None, statement: n.Ddl) -> Any:
-    if instance is None:
-        raise SqlError(NEEDS_INSTANCE, f"{statement.verb} ENDPOINT is an instance's statement: run the script "
-                                       "with an instance (broker --instance URL sql).")
-    return instance
+def _authentication(words: list[str], instance: Any) -> dict[str, bytes]:
+    """AUTHENTICATION = CERTIFICATE c (possibly beside WINDOWS ...): the certificate of
+    master c and its private key, which the endpoint presents. WINDOWS alone is 59050:
+    there is no Windows authentication here (docs/sql.md)."""
+    upper = [word.upper() for word in words]
+    if "CERTIFICATE" not in upper or upper.index("CERTIFICATE") + 1 >= len(words):
+        raise _no_windows(" ".join(words))
+    name = words[upper.index("CERTIFICATE") + 1]
+    stored = needs_instance(instance, "CREATE ENDPOINT").msdb.certificate(name)
+    if stored.private_key is None:
+        raise SqlError(NO_CERTIFICATE, f"The certificate '{name}' has no private key: an endpoint presents a "
+                                       "certificate of master that has one (CREATE CERTIFICATE ... WITH SUBJECT, "
+                                       "or FROM FILE ... WITH PRIVATE KEY).")
+    return {"certificate": stored.certificate, "private_key": stored.private_key}
+
+
+def _no_windows(authentication: str) -> SqlError:
+    return SqlError(NO_CERTIFICATE, f"AUTHENTICATION = {authentication}: there is no Windows authentication here; "
+                                    "an endpoint authenticates with a certificate of master and its private key: "
+                                    "AUTHENTICATION = CERTIFICATE certificate_name.")
 
 
 def _create_endpoint(_db: Broker, statement: n.Ddl, evaluator: Evaluator, instance: Any) -> None:
-    options = _endpoint_options(statement, evaluator)
+    needs_instance(instance, "CREATE ENDPOINT")
+    options = _endpoint_options(statement, evaluator, instance)
     if "port" not in options:
-        raise _syntax("LISTENER_PORT")
+        raise syntax_error("LISTENER_PORT")
+    if "certificate" not in options:
+        raise _no_windows("WINDOWS (the default)")
     port = options.pop("port")
-    _needs_instance(instance, statement).create_endpoint(_name(statement), port, **options)
+    instance.create_endpoint(_name(statement), port, **options)
 
 
 def _alter_endpoint(_db: Broker, statement: n.Ddl, evaluator: Evaluator, instance: Any) -> None:
-    _needs_instance(instance, statement).alter_endpoint(_name(statement), **_endpoint_options(statement, evaluator))
+    needs_instance(instance, "ALTER ENDPOINT")
+    instance.alter_endpoint(_name(statement), **_endpoint_options(statement, evaluator, instance))
 
 
 # -- DROP ----------------------------------------------------------------------------------
@@ -308,7 +304,7 @@ def _drop(verb: Callable[[Broker, str], None]) -> Callable[[Broker, n.Ddl, Evalu
 
 
 def _drop_endpoint(_db: Broker, statement: n.Ddl, _evaluator: Evaluator, instance: Any) -> None:
-    _needs_instance(instance, statement).drop_endpoint(_name(statement))
+    needs_instance(instance, f"{statement.verb} ENDPOINT").drop_endpoint(_name(statement))
 
 
 _HANDLERS: dict[tuple[str, str], Callable[[Broker, n.Ddl, Evaluator, Any], None]] = {
@@ -337,4 +333,5 @@ _HANDLERS: dict[tuple[str, str], Callable[[Broker, n.Ddl, Evaluator, Any], None]
     ("DROP", "REMOTE SERVICE BINDING"): _drop(lambda db, name: db.drop_remote_service_binding(name)),
     ("DROP", "BROKER PRIORITY"): _drop(lambda db, name: db.drop_broker_priority(name)),
     ("DROP", "ENDPOINT"): _drop_endpoint,
+    **SECURITY_HANDLERS,
 }

@@ -412,3 +412,12 @@ class Ddl(Statement):
     kind: str
     name: tuple[str, ...]
     clauses: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Permission(Statement):
+    """GRANT / REVOKE permission [, ...] [ON class::name] TO | FROM principal [, ...]."""
+    grant: bool
+    permissions: list[str]  # upper case, words joined by one blank: VIEW DEFINITION
+    securable: tuple[str, str] | None  # (class upper case, name); None: the database
+    principals: list[str]

@@ -8,18 +8,30 @@ Server, where a batch is compiled whole before it runs.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from dataclasses import dataclass
 from decimal import Decimal
 from importlib import resources
 from typing import Any
 
-from lark import Lark, Token, Transformer, Tree, v_args
+from lark import Lark, Token, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from broker.sql import nodes as n
 from broker.sql import options
+from broker.sql.ddl_syntax import DdlBuild
 from broker.sql.errors import SqlError
+from broker.sql.syntax import (
+    Clause,
+    Name,
+    ObjectName,
+    line_of,
+    non_keywords,
+    of_type,
+    present,
+    statement,
+    string_text,
+    token_kinds,
+    unquote,
+)
 
 INCORRECT_SYNTAX = 102
 UNEXPECTED_END = 102
@@ -90,92 +102,26 @@ def _syntax_error(exc: UnexpectedInput, text: str, line_offset: int) -> SqlError
         near = "?"
     return SqlError(INCORRECT_SYNTAX, f"Incorrect syntax near '{near[:64]}'.", line=line)
 
-
-def unquote(token: str) -> str:
-    """An identifier as written: ``[a]]b]`` is ``a]b``, ``"x""y"`` is ``x"y``."""
-    if token.startswith("["):
-        return token[1:-1].replace("]]", "]")
-    if token.startswith('"'):
-        return token[1:-1].replace('""', '"')
-    return token
-
-
-def _string(token: str) -> str:
-    start = token.index("'")
-    return token[start + 1:-1].replace("''", "'")
-
-
-def _kinds(children: list[Any]) -> set[str]:
-    return {child.type for child in children if isinstance(child, Token)}
-
-
-def _values(children: list[Any]) -> list[Any]:
-    """The children that are not keywords: names, expressions, nodes (``None`` placeholders kept)."""
-    return [child for child in children if not (isinstance(child, Token) and child.type not in ("VARIABLE",))]
-
-
-def _present(children: list[Any]) -> list[Any]:
-    return [child for child in _values(children) if child is not None]
-
-
-def _of(children: list[Any], kind: type) -> list[Any]:
-    return [child for child in children if isinstance(child, kind)]
-
-
-class _Name(str):
-    """An identifier (unquoted); a ``str`` that the builder can tell from an expression."""
-
-
-class _ObjectName(tuple[str, ...]):
-    pass
-
-
-@dataclass(frozen=True)
-class _Clause:
-    """A part of a statement built by a rule of its own (a SELECT's WHERE ...), by name."""
-    name: str
-    value: Any
-
-
-def _line(meta: Any, offset: int) -> int:
-    return (getattr(meta, "line", 1) or 1) + offset
-
-
-def statement(method: Callable[..., n.Statement]) -> Callable[..., n.Statement]:
-    """Transformer method for a statement: stamps the statement's line."""
-    @v_args(meta=True)
-    @functools.wraps(method)
-    def build(self: _Build, meta: Any, children: list[Any]) -> n.Statement:
-        node = method(self, children, meta)
-        node.line = _line(meta, self.offset)
-        return node
-    return build
-
-
-class _Build(Transformer[Token, Any]):
-    """Tree to ``nodes``: one method per grammar rule that is not inlined."""
-
-    def __init__(self, text: str, offset: int) -> None:
-        super().__init__()
-        self.text = text
-        self.offset = offset
+class _Build(DdlBuild):
+    """Tree to ``nodes``: one method per grammar rule that is not inlined (the DDL's in
+    ``DdlBuild``)."""
 
     # -- names and literals ---------------------------------------------------------------
 
-    def name(self, children: list[Token]) -> _Name:
-        return _Name(unquote(str(children[0])))
+    def name(self, children: list[Token]) -> Name:
+        return Name(unquote(str(children[0])))
 
-    def object_name(self, children: list[Any]) -> _ObjectName:
-        return _ObjectName(str(part) if part is not None else "" for part in children)
+    def object_name(self, children: list[Any]) -> ObjectName:
+        return ObjectName(str(part) if part is not None else "" for part in children)
 
-    def dotted_name(self, children: list[Any]) -> _ObjectName:
-        return _ObjectName(str(part) for part in children)
+    def dotted_name(self, children: list[Any]) -> ObjectName:
+        return ObjectName(str(part) for part in children)
 
     def string(self, children: list[Token]) -> n.Literal:
-        return n.Literal(_string(str(children[0])))
+        return n.Literal(string_text(str(children[0])))
 
     def nstring(self, children: list[Token]) -> n.Literal:
-        return n.Literal(_string(str(children[0])), unicode=True)
+        return n.Literal(string_text(str(children[0])), unicode=True)
 
     def number(self, children: list[Token]) -> n.Literal:
         text = str(children[0])
@@ -192,8 +138,8 @@ class _Build(Transformer[Token, Any]):
     def null(self, _children: list[Any]) -> n.Literal:
         return n.Literal(None)
 
-    def string_alias(self, children: list[Token]) -> _Name:
-        return _Name(_string(str(children[0])))
+    def string_alias(self, children: list[Token]) -> Name:
+        return Name(string_text(str(children[0])))
 
     def type_name(self, children: list[Any]) -> n.TypeName:
         name, length, scale = children
@@ -237,19 +183,19 @@ class _Build(Transformer[Token, Any]):
         return n.Method(target, str(name), args)
 
     def cast(self, children: list[Any]) -> n.Cast:
-        values = _present(children)
+        values = present(children)
         return n.Cast(values[0], values[1])
 
     def try_cast(self, children: list[Any]) -> n.Cast:
-        values = _present(children)
+        values = present(children)
         return n.Cast(values[0], values[1], lenient=True)
 
     def convert(self, children: list[Any]) -> n.Cast:
-        values = _present(children)
+        values = present(children)
         return n.Cast(values[1], values[0], style=values[2] if len(values) > 2 else None)
 
     def try_convert(self, children: list[Any]) -> n.Cast:
-        values = _present(children)
+        values = present(children)
         return n.Cast(values[1], values[0], lenient=True, style=values[2] if len(values) > 2 else None)
 
     def negate(self, children: list[Any]) -> n.Expr:
@@ -266,25 +212,25 @@ class _Build(Transformer[Token, Any]):
         return n.Arithmetic(str(op), left, right)
 
     def case_when(self, children: list[Any]) -> tuple[n.Expr, n.Expr]:
-        values = _present(children)
+        values = present(children)
         return values[0], values[1]
 
     simple_when = case_when
 
     def searched_case(self, children: list[Any]) -> n.Case:
         whens = tuple(child for child in children if isinstance(child, tuple))
-        rest = [child for child in _present(children) if not isinstance(child, tuple)]
+        rest = [child for child in present(children) if not isinstance(child, tuple)]
         return n.Case(whens, rest[0] if rest else None)
 
     def simple_case(self, children: list[Any]) -> n.Case:
-        values = _present(children)
+        values = present(children)
         subject = values[0]
         whens = tuple(value for value in values[1:] if isinstance(value, tuple))
         rest = [value for value in values[1:] if not isinstance(value, tuple)]
         return n.Case(whens, rest[0] if rest else None, subject=subject)
 
     def iif(self, children: list[Any]) -> n.Iif:
-        values = _present(children)
+        values = present(children)
         return n.Iif(values[0], values[1], values[2])
 
     def subquery(self, children: list[Any]) -> n.Subquery:
@@ -313,18 +259,18 @@ class _Build(Transformer[Token, Any]):
         return n.IsNull(children[0], negated=True)
 
     def like(self, children: list[Any]) -> n.Like:
-        return n.Like(children[0], children[-1], negated="NOT" in _kinds(children))
+        return n.Like(children[0], children[-1], negated="NOT" in token_kinds(children))
 
     def in_list(self, children: list[Any]) -> n.InList:
-        values = _present(children)
-        return n.InList(values[0], tuple(values[1:]), negated="NOT" in _kinds(children))
+        values = present(children)
+        return n.InList(values[0], tuple(values[1:]), negated="NOT" in token_kinds(children))
 
     def between(self, children: list[Any]) -> n.Between:
-        values = _present(children)
-        return n.Between(values[0], values[1], values[2], negated="NOT" in _kinds(children))
+        values = present(children)
+        return n.Between(values[0], values[1], values[2], negated="NOT" in token_kinds(children))
 
     def exists(self, children: list[Any]) -> n.Exists:
-        return n.Exists(_present(children)[0])
+        return n.Exists(present(children)[0])
 
     # -- select ---------------------------------------------------------------------------
 
@@ -351,90 +297,90 @@ class _Build(Transformer[Token, Any]):
         return n.SelectItem(value, alias=str(alias) if alias is not None else None)
 
     def top(self, children: list[Any]) -> n.Expr:
-        expressions: list[n.Expr] = _of(children, n.Expr)
+        expressions: list[n.Expr] = of_type(children, n.Expr)
         if expressions:
             return expressions[0]
         number = next(child for child in children if isinstance(child, Token) and child.type == "NUMBER")
         return self.number([number])
 
     def table(self, children: list[Any]) -> n.TableSource:
-        name, alias = _of(children, _ObjectName)[0], next((child for child in children if type(child) is _Name), None)
+        name, alias = of_type(children, ObjectName)[0], next((child for child in children if type(child) is Name), None)
         return n.TableSource(tuple(name), alias=None if alias is None else str(alias))
 
     @v_args(meta=True)
-    def table_hints(self, meta: Any, children: list[Any]) -> _Clause:
+    def table_hints(self, meta: Any, children: list[Any]) -> Clause:
         """WITH (hint, ...): checked, then dropped (a snapshot read takes no locks: docs/sql.md)."""
-        for hint in _of(children, _Name):
+        for hint in of_type(children, Name):
             if hint.upper() not in TABLE_HINTS:
                 raise SqlError(UNKNOWN_TABLE_HINT, f"'{hint}' is not a recognized table hints option. If it is "
                                                    "intended as a parameter to a table-valued function or to the "
                                                    "CHANGETABLE function, ensure that your database compatibility "
-                                                   "mode is set to 90.", line=_line(meta, self.offset))
-        return _Clause("hints", None)
+                                                   "mode is set to 90.", line=line_of(meta, self.offset))
+        return Clause("hints", None)
 
     @v_args(meta=True)
-    def table_hints_without_with(self, meta: Any, children: list[Any]) -> _Clause:
+    def table_hints_without_with(self, meta: Any, children: list[Any]) -> Clause:
         """The old form, ``FROM t (NOLOCK)``: one hint of those SQL Server still takes so (1018 otherwise)."""
-        hints = _of(children, _Name)
+        hints = of_type(children, Name)
         if len(hints) > 1 or hints[0].upper() not in HINTS_WITHOUT_WITH:
             near = hints[1] if len(hints) > 1 else hints[0]
             raise SqlError(HINT_NEEDS_WITH, f"Incorrect syntax near '{near}'. If this is intended as a part of a "
                                             "table hint, A WITH keyword and parenthesis are now required. See SQL "
-                                            "Server Books Online for proper syntax.", line=_line(meta, self.offset))
-        return _Clause("hints", None)
+                                            "Server Books Online for proper syntax.", line=line_of(meta, self.offset))
+        return Clause("hints", None)
 
     def table_variable(self, children: list[Any]) -> n.TableSource:
-        values = _present(children)
+        values = present(children)
         return n.TableSource(None, alias=str(values[1]) if len(values) > 1 else None, variable=str(values[0]))
 
     def derived_table(self, children: list[Any]) -> n.TableSource:
-        values = _present(children)
+        values = present(children)
         return n.TableSource(None, alias=str(values[-1]), derived=values[0])
 
     def inner_join(self, children: list[Any]) -> n.Join:
-        values = _present(children)
+        values = present(children)
         return n.Join("INNER", values[0], values[1])
 
     def left_join(self, children: list[Any]) -> n.Join:
-        values = _present(children)
+        values = present(children)
         return n.Join("LEFT", values[0], values[1])
 
     def cross_join(self, children: list[Any]) -> n.Join:
-        return n.Join("CROSS", _present(children)[0], None)
+        return n.Join("CROSS", present(children)[0], None)
 
     def from_item(self, children: list[Any]) -> n.FromItem:
         return n.FromItem(children[0], list(children[1:]))
 
     def order_item(self, children: list[Any]) -> tuple[n.Expr, bool]:
-        return children[0], "DESC" in _kinds(children)
+        return children[0], "DESC" in token_kinds(children)
 
-    def select_options(self, children: list[Any]) -> _Clause:
-        return _Clause("options", (children[0] is not None, children[1]))
+    def select_options(self, children: list[Any]) -> Clause:
+        return Clause("options", (children[0] is not None, children[1]))
 
-    def into_clause(self, children: list[Any]) -> _Clause:
+    def into_clause(self, children: list[Any]) -> Clause:
         variables = [str(child) for child in children if isinstance(child, Token) and child.type == "VARIABLE"]
-        return _Clause("into", variables[0] if variables else None)
+        return Clause("into", variables[0] if variables else None)
 
-    def from_clause(self, children: list[Any]) -> _Clause:
-        return _Clause("from", _of(children, n.FromItem))
+    def from_clause(self, children: list[Any]) -> Clause:
+        return Clause("from", of_type(children, n.FromItem))
 
-    def where_clause(self, children: list[Any]) -> _Clause:
-        return _Clause("where", next(iter(_of(children, n.Expr)), None))
+    def where_clause(self, children: list[Any]) -> Clause:
+        return Clause("where", next(iter(of_type(children, n.Expr)), None))
 
     having_clause = where_clause
 
-    def group_clause(self, children: list[Any]) -> _Clause:
-        return _Clause("group", _of(children, n.Expr))
+    def group_clause(self, children: list[Any]) -> Clause:
+        return Clause("group", of_type(children, n.Expr))
 
-    def order_clause(self, children: list[Any]) -> _Clause:
-        return _Clause("order", [child for child in children if isinstance(child, tuple)])
+    def order_clause(self, children: list[Any]) -> Clause:
+        return Clause("order", [child for child in children if isinstance(child, tuple)])
 
     @statement
     def select(self, children: list[Any], _meta: Any) -> n.Select:
-        clauses = _of(children, _Clause)
+        clauses = of_type(children, Clause)
         distinct, top = clauses[0].value
         into, sources, where, group_by, having, order_by = (clause.value for clause in clauses[1:])
-        return n.Select(_of(children, n.SelectItem), top=top, distinct=distinct, into=into, sources=sources,
+        return n.Select(of_type(children, n.SelectItem), top=top, distinct=distinct, into=into, sources=sources,
                         where=where, group_by=group_by, having=having, order_by=order_by)
 
     # -- procedural -----------------------------------------------------------------------
@@ -449,11 +395,11 @@ class _Build(Transformer[Token, Any]):
         return str(children[0]), children[1]
 
     def declare_scalar(self, children: list[Any]) -> tuple[str, n.TypeName, n.Expr | None]:
-        values = _present(children)
+        values = present(children)
         return str(values[0]), values[1], values[2] if len(values) > 2 else None
 
     def declare_table(self, children: list[Any]) -> tuple[str, list[tuple[str, n.TypeName]]]:
-        values = _present(children)
+        values = present(children)
         return str(values[0]), [value for value in values[1:] if isinstance(value, tuple)]
 
     @statement
@@ -464,20 +410,20 @@ class _Build(Transformer[Token, Any]):
 
     @statement
     def set_variable(self, children: list[Any], _meta: Any) -> n.SetVariable:
-        values = _present(children)
+        values = present(children)
         return n.SetVariable(str(values[0]), values[1], values[2])
 
     @statement
     def set_option(self, children: list[Any], meta: Any) -> n.SetOption:
-        line = _line(meta, self.offset)
-        return n.SetOption([options.check_name(name, line) for name in _of(children, _Name)], children[-1])
+        line = line_of(meta, self.offset)
+        return n.SetOption([options.check_name(name, line) for name in of_type(children, Name)], children[-1])
 
     @statement
     def set_value(self, children: list[Any], meta: Any) -> n.SetValue:
-        name, value = _of(children, _Name)[0], children[-1]
+        name, value = of_type(children, Name)[0], children[-1]
         if isinstance(value, n.Column) and len(value.parts) == 1:  # a word: SET DEADLOCK_PRIORITY LOW
             value = n.Literal(value.parts[0])
-        return n.SetValue(options.check_name(name, _line(meta, self.offset)), value)
+        return n.SetValue(options.check_name(name, line_of(meta, self.offset)), value)
 
     @statement
     def set_isolation(self, children: list[Any], _meta: Any) -> n.SetValue:
@@ -488,23 +434,23 @@ class _Build(Transformer[Token, Any]):
 
     @statement
     def print(self, children: list[Any], _meta: Any) -> n.Print:
-        return n.Print(_present(children)[0])
+        return n.Print(present(children)[0])
 
     @statement
     def if_(self, children: list[Any], _meta: Any) -> n.If:
-        values = _present(children)
+        values = present(children)
         then = values[1] if len(values) > 1 else n.Block([])
         otherwise = values[2] if len(values) > 2 else None
         return n.If(values[0], _statement(then), None if otherwise is None else _statement(otherwise))
 
     @statement
     def while_(self, children: list[Any], _meta: Any) -> n.While:
-        values = _present(children)
+        values = present(children)
         return n.While(values[0], _statement(values[1] if len(values) > 1 else None))
 
     @statement
     def block(self, children: list[Any], _meta: Any) -> n.Block:
-        return n.Block(_of(children, n.Statement))
+        return n.Block(of_type(children, n.Statement))
 
     @statement
     def break_(self, _children: list[Any], _meta: Any) -> n.Break:
@@ -516,7 +462,7 @@ class _Build(Transformer[Token, Any]):
 
     @statement
     def return_(self, children: list[Any], _meta: Any) -> n.Return:
-        values = _present(children)
+        values = present(children)
         return n.Return(values[0] if values else None)
 
     @statement
@@ -524,19 +470,19 @@ class _Build(Transformer[Token, Any]):
         # BEGIN TRY body END TRY BEGIN CATCH handler END CATCH: split at the CATCH keyword.
         split = next(index for index, child in enumerate(children)
                      if isinstance(child, Token) and child.type == "CATCH")
-        return n.TryCatch(_of(children[:split], n.Statement), _of(children[split:], n.Statement))
+        return n.TryCatch(of_type(children[:split], n.Statement), of_type(children[split:], n.Statement))
 
     @statement
     def throw(self, children: list[Any], _meta: Any) -> n.Throw:
-        values = _present(children)
+        values = present(children)
         if not values:
             return n.Throw(None)
         return n.Throw(values[0], values[1], values[2])
 
     @statement
     def raiserror(self, children: list[Any], _meta: Any) -> n.RaiseError:
-        return n.RaiseError(_of(children, n.Expr), [str(child).upper() for child in children
-                                                      if isinstance(child, _Name)])
+        return n.RaiseError(of_type(children, n.Expr), [str(child).upper() for child in children
+                                                      if isinstance(child, Name)])
 
     @statement
     def begin_tran(self, _children: list[Any], _meta: Any) -> n.BeginTransaction:
@@ -548,12 +494,12 @@ class _Build(Transformer[Token, Any]):
 
     @statement
     def rollback(self, children: list[Any], _meta: Any) -> n.RollbackTransaction:
-        names = [str(child) for child in _present(children) if isinstance(child, (_Name, Token))]
+        names = [str(child) for child in present(children) if isinstance(child, (Name, Token))]
         return n.RollbackTransaction(names[0] if names else None)
 
     @statement
     def save_tran(self, children: list[Any], _meta: Any) -> n.SaveTransaction:
-        return n.SaveTransaction(str(_present(children)[0]))
+        return n.SaveTransaction(str(present(children)[0]))
 
     def argument(self, children: list[Any]) -> tuple[str | None, n.Expr, bool]:
         variable, value, output = children
@@ -563,38 +509,38 @@ class _Build(Transformer[Token, Any]):
     def execute(self, children: list[Any], _meta: Any) -> n.Execute:
         result = next((str(child) for child in children if isinstance(child, Token) and child.type == "VARIABLE"),
                       None)
-        name = next(child for child in children if isinstance(child, _ObjectName))
+        name = next(child for child in children if isinstance(child, ObjectName))
         return n.Execute(tuple(name), [child for child in children if isinstance(child, tuple)
-                                       and not isinstance(child, _ObjectName)], result)
+                                       and not isinstance(child, ObjectName)], result)
 
     @statement
     def use(self, children: list[Any], _meta: Any) -> n.Use:
-        return n.Use(str(_present(children)[0]))
+        return n.Use(str(present(children)[0]))
 
     def parameter(self, children: list[Any]) -> tuple[str, n.TypeName, n.Expr | None, bool]:
-        values = _values(children)
+        values = non_keywords(children)
         variable = str(values[0])
         type_name = next(value for value in values if isinstance(value, n.TypeName))
         default = next((value for value in values if isinstance(value, n.Expr)), None)
-        return variable, type_name, default, "OUTPUT" in _kinds(children) or "OUT" in _kinds(children)
+        return variable, type_name, default, "OUTPUT" in token_kinds(children) or "OUT" in token_kinds(children)
 
-    def procedure_verb(self, children: list[Token]) -> _Clause:
-        return _Clause("verb", [child.type for child in children])
+    def procedure_verb(self, children: list[Token]) -> Clause:
+        return Clause("verb", [child.type for child in children])
 
-    def procedure_parameters(self, children: list[Any]) -> _Clause:
-        return _Clause("parameters", [child for child in children if isinstance(child, tuple)])
+    def procedure_parameters(self, children: list[Any]) -> Clause:
+        return Clause("parameters", [child for child in children if isinstance(child, tuple)])
 
-    def procedure_options(self, _children: list[Any]) -> _Clause:
-        return _Clause("options", None)
+    def procedure_options(self, _children: list[Any]) -> Clause:
+        return Clause("options", None)
 
     @statement
     def create_procedure(self, children: list[Any], meta: Any) -> n.CreateProcedure:
         kinds = children[0].value
-        name = next(child for child in children if isinstance(child, _ObjectName))
+        name = next(child for child in children if isinstance(child, ObjectName))
         parameters = children[3].value
         lines = self.text.splitlines(keepends=True)
         source = "".join(lines[meta.line - 1:])[meta.column - 1:] if lines else ""
-        return n.CreateProcedure(tuple(name), parameters, _of(children, n.Statement), source.strip(),
+        return n.CreateProcedure(tuple(name), parameters, of_type(children, n.Statement), source.strip(),
                                  alter=kinds[0] == "ALTER", create_or_alter="OR" in kinds)
 
     # -- conversations --------------------------------------------------------------------
@@ -613,12 +559,12 @@ class _Build(Transformer[Token, Any]):
 
     @statement
     def begin_dialog(self, children: list[Any], _meta: Any) -> n.BeginDialog:
-        values = _present(children)
+        values = present(children)
         variable = str(values[0])
-        names = [value for value in values if isinstance(value, _Name)]
+        names = [value for value in values if isinstance(value, Name)]
         expressions = [value for value in values if isinstance(value, n.Expr)]
         options: dict[str, Any] = dict(value for value in values if isinstance(value, tuple))
-        contract = names[1] if "CONTRACT" in _kinds(children) else None
+        contract = names[1] if "CONTRACT" in token_kinds(children) else None
         return n.BeginDialog(variable, str(names[0]), expressions[0], expressions[1] if len(expressions) > 1 else None,
                              contract, options)
 
@@ -628,16 +574,16 @@ class _Build(Transformer[Token, Any]):
     @statement
     def send(self, children: list[Any], _meta: Any) -> n.Send:
         handles = next(child for child in children if isinstance(child, list))
-        message_type = next((str(child) for child in children if isinstance(child, _Name)), None)
+        message_type = next((str(child) for child in children if isinstance(child, Name)), None)
         bodies = [child for child in children if isinstance(child, n.Expr)]
         return n.Send(handles, message_type, bodies[0] if bodies else None)
 
     @statement
     def receive(self, children: list[Any], _meta: Any) -> n.Receive:
-        kinds = _kinds(children)
+        kinds = token_kinds(children)
         top = children[2] if "TOP" in kinds else None
-        items = _of(children, n.SelectItem)
-        queue = next(child for child in children if isinstance(child, _ObjectName))
+        items = of_type(children, n.SelectItem)
+        queue = next(child for child in children if isinstance(child, ObjectName))
         into = next((str(child) for child in children if isinstance(child, Token) and child.type == "VARIABLE"),
                     None)
         where = None
@@ -648,7 +594,7 @@ class _Build(Transformer[Token, Any]):
     @statement
     def get_group(self, children: list[Any], _meta: Any) -> n.GetConversationGroup:
         variable = next(str(child) for child in children if isinstance(child, Token) and child.type == "VARIABLE")
-        queue = next(child for child in children if isinstance(child, _ObjectName))
+        queue = next(child for child in children if isinstance(child, ObjectName))
         return n.GetConversationGroup(variable, tuple(queue))
 
     @statement
@@ -667,194 +613,21 @@ class _Build(Transformer[Token, Any]):
 
     @statement
     def move_conversation(self, children: list[Any], _meta: Any) -> n.MoveConversation:
-        values = _of(children, n.Expr)
+        values = of_type(children, n.Expr)
         return n.MoveConversation(values[0], values[1])
 
     @statement
     def end_conversation(self, children: list[Any], _meta: Any) -> n.EndConversation:
-        values = _of(children, n.Expr)
-        kinds = _kinds(children)
+        values = of_type(children, n.Expr)
+        kinds = token_kinds(children)
         if "ERROR" in kinds:
             return n.EndConversation(values[0], error=values[1], description=values[2])
         return n.EndConversation(values[0], cleanup="CLEANUP" in kinds)
 
     @statement
     def conversation_timer(self, children: list[Any], _meta: Any) -> n.ConversationTimer:
-        values = _of(children, n.Expr)
+        values = of_type(children, n.Expr)
         return n.ConversationTimer(values[0], values[1])
-
-    # -- DDL: each becomes an n.Ddl with its clauses by name -------------------------------
-
-    @v_args(meta=True)
-    def option(self, meta: Any, children: list[Any]) -> n.Option:
-        return n.Option(str(children[0]).upper(), children[1], _line(meta, self.offset))
-
-    plain_option = option
-
-    @v_args(meta=True)
-    def nested_option(self, meta: Any, children: list[Any]) -> n.Option:
-        return n.Option(str(children[0]).upper(), [child for child in children[1:] if child is not None],
-                        _line(meta, self.offset))
-
-    @v_args(meta=True)
-    def execute_as(self, meta: Any, children: list[Any]) -> n.Option:
-        return n.Option("EXECUTE AS", children[-1], _line(meta, self.offset))
-
-    @v_args(meta=True)
-    def drop_activation(self, meta: Any, _children: list[Any]) -> n.Option:
-        return n.Option("DROP", True, _line(meta, self.offset))
-
-    @v_args(meta=True)
-    def endpoint_option(self, meta: Any, children: list[Any]) -> n.Option:
-        words = children[1:]
-        value = words[0] if len(words) == 1 else tuple(words)
-        return n.Option(str(children[0]).upper(), value, _line(meta, self.offset))
-
-    def dotted_option(self, children: list[Any]) -> _Name:
-        return _Name(".".join(str(child) for child in children))
-
-    def parenthesised(self, children: list[Any]) -> Any:
-        return children[0]
-
-    def validation(self, children: list[Any]) -> tuple[str, str | None]:
-        names = _of(children, _Name)
-        return str(names[0]).upper(), (str(names[1]) if len(names) > 1 else None)
-
-    def contract_usage(self, children: list[Any]) -> tuple[str, str]:
-        names = _of(children, _Name)
-        return str(names[0]), str(names[1]).upper()
-
-    def service_change(self, children: list[Any]) -> tuple[str, str]:
-        return str(children[0]).upper(), str(children[-1])
-
-    def drop_kind(self, children: list[Token]) -> str:
-        return " ".join(str(child).upper() for child in children)
-
-    def _ddl(self, verb: str, kind: str, children: list[Any], **clauses: Any) -> n.Ddl:
-        name = next(child for child in children if isinstance(child, (_Name, _ObjectName)))
-        parts = tuple(name) if isinstance(name, _ObjectName) else (str(name),)
-        options = [child for child in children if isinstance(child, n.Option)]
-        return n.Ddl(verb, kind, parts, {"options": options, **clauses})
-
-    @statement
-    def create_message_type(self, children: list[Any], _meta: Any) -> n.Ddl:
-        validation = next((child for child in children if isinstance(child, tuple)
-                           and not isinstance(child, _ObjectName)), None)
-        return self._ddl("CREATE", "MESSAGE TYPE", children, validation=validation)
-
-    @statement
-    def alter_message_type(self, children: list[Any], _meta: Any) -> n.Ddl:
-        validation = next(child for child in children
-                          if isinstance(child, tuple) and not isinstance(child, _ObjectName))
-        return self._ddl("ALTER", "MESSAGE TYPE", children, validation=validation)
-
-    @statement
-    def create_contract(self, children: list[Any], _meta: Any) -> n.Ddl:
-        usages = [child for child in children if isinstance(child, tuple) and not isinstance(child, _ObjectName)]
-        return self._ddl("CREATE", "CONTRACT", children, usages=usages)
-
-    @statement
-    def create_queue(self, children: list[Any], _meta: Any) -> n.Ddl:
-        return self._ddl("CREATE", "QUEUE", children)
-
-    @statement
-    def alter_queue(self, children: list[Any], _meta: Any) -> n.Ddl:
-        return self._ddl("ALTER", "QUEUE", children)
-
-    @statement
-    def alter_queue_storage(self, children: list[Any], _meta: Any) -> n.Ddl:
-        return self._ddl("ALTER", "QUEUE", children, storage=True)
-
-    @statement
-    def create_service(self, children: list[Any], _meta: Any) -> n.Ddl:
-        names = [str(child) for child in children if isinstance(child, _Name)]
-        queue = next(child for child in children if isinstance(child, _ObjectName))
-        owner = 1 if "AUTHORIZATION" in _kinds(children) else 0
-        return n.Ddl("CREATE", "SERVICE", (names[0],), {"queue": tuple(queue), "contracts": names[1 + owner:]})
-
-    @statement
-    def alter_service(self, children: list[Any], _meta: Any) -> n.Ddl:
-        names = [str(child) for child in children if isinstance(child, _Name)]
-        queue = next((tuple(child) for child in children if isinstance(child, _ObjectName)), None)
-        changes = [child for child in children if isinstance(child, tuple) and not isinstance(child, _ObjectName)]
-        return n.Ddl("ALTER", "SERVICE", (names[0],), {"queue": queue, "changes": changes})
-
-    @statement
-    def create_route(self, children: list[Any], _meta: Any) -> n.Ddl:
-        return self._ddl("CREATE", "ROUTE", children)
-
-    @statement
-    def alter_route(self, children: list[Any], _meta: Any) -> n.Ddl:
-        return self._ddl("ALTER", "ROUTE", children)
-
-    @statement
-    def create_binding(self, children: list[Any], _meta: Any) -> n.Ddl:
-        service = next(child for child in children if isinstance(child, n.Expr))
-        return self._ddl("CREATE", "REMOTE SERVICE BINDING", children, service=service)
-
-    @statement
-    def alter_binding(self, children: list[Any], _meta: Any) -> n.Ddl:
-        return self._ddl("ALTER", "REMOTE SERVICE BINDING", children)
-
-    @statement
-    def create_priority(self, children: list[Any], _meta: Any) -> n.Ddl:
-        return self._ddl("CREATE", "BROKER PRIORITY", children)
-
-    @statement
-    def alter_priority(self, children: list[Any], _meta: Any) -> n.Ddl:
-        return self._ddl("ALTER", "BROKER PRIORITY", children)
-
-    @statement
-    def create_endpoint(self, children: list[Any], _meta: Any) -> n.Ddl:
-        return self._endpoint("CREATE", children)
-
-    @statement
-    def alter_endpoint(self, children: list[Any], _meta: Any) -> n.Ddl:
-        return self._endpoint("ALTER", children)
-
-    def _endpoint(self, verb: str, children: list[Any]) -> n.Ddl:
-        names = [str(child) for child in children if isinstance(child, _Name)]
-        kinds = [child.type for child in children if isinstance(child, Token)]
-        state = None
-        if "STATE" in kinds:
-            state = names[2 if "AUTHORIZATION" in kinds else 1].upper()
-        transport = [child for child in children if isinstance(child, n.Option) and not _is_broker_option(child)]
-        broker = [child for child in children if isinstance(child, n.Option) and _is_broker_option(child)]
-        protocols = [name.upper() for name in names if name.upper() in ("TCP", "HTTP", "SERVICE_BROKER",
-                                                                         "DATABASE_MIRRORING", "TSQL")]
-        return n.Ddl(verb, "ENDPOINT", (names[0],), {"state": state, "transport": transport, "broker": broker,
-                                                    "protocols": protocols})
-
-    @statement
-    def create_schema_collection(self, children: list[Any], _meta: Any) -> n.Ddl:
-        return self._ddl("CREATE", "XML SCHEMA COLLECTION", children, xsd=children[-1])
-
-    def termination(self, children: list[Any]) -> _Name:
-        return _Name(" ".join(str(child) for child in children if child is not None))
-
-    @statement
-    def create_database(self, children: list[Any], _meta: Any) -> n.Ddl:
-        return n.Ddl("CREATE", "DATABASE", (str(_of(children, _Name)[0]),))
-
-    @statement
-    def alter_database(self, children: list[Any], _meta: Any) -> n.Ddl:
-        names = [str(child) for child in children if isinstance(child, _Name)]
-        switch = next((child for child in children if isinstance(child, bool)), None)
-        return n.Ddl("ALTER", "DATABASE", (names[0],), {"setting": names[1].upper(), "switch": switch,
-                                                       "termination": " ".join(names[2:]).upper() or None})
-
-    @statement
-    def drop(self, children: list[Any], _meta: Any) -> n.Ddl:
-        kind = next(child for child in children if isinstance(child, str) and not isinstance(child, (_Name, Token)))
-        name = next(child for child in children if isinstance(child, _ObjectName))
-        return n.Ddl("DROP", "PROCEDURE" if kind == "PROC" else kind, tuple(name))
-
-
-_BROKER_OPTIONS = {"AUTHENTICATION", "ENCRYPTION", "MESSAGE_FORWARDING", "MESSAGE_FORWARD_SIZE"}
-
-
-def _is_broker_option(option: n.Option) -> bool:
-    return option.name in _BROKER_OPTIONS
 
 
 def _statement(value: Any) -> n.Statement:

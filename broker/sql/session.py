@@ -20,14 +20,13 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote as url_unquote
 
 from broker.errors import BrokerError
 from broker.sql import nodes as n
 from broker.sql import values
 from broker.sql.batches import split_batches
+from broker.sql.databases import Databases, no_database
 from broker.sql.errors import BreakLoop, ContinueLoop, ReturnFromBatch, SqlError
 from broker.sql.expressions import Evaluator, Scalar, Scope, TableVariable
 from broker.sql.options import Options
@@ -56,14 +55,13 @@ class Session:
 
     ``on_output`` is called with every result set, message and error as it happens, so a
     PRINT shows before a later WAITFOR returns; ``run`` also returns them. ``instance``
-    (a ``broker.Instance``) lets USE switch between its databases.
+    (a ``broker.Instance``) lets USE switch between its databases, master and msdb (the
+    instance catalog) included (``broker.sql.databases``).
     """
 
     def __init__(self, db: Broker, *, on_output: Callable[[Output], None] | None = None,
                  instance: Any | None = None, database_name: str | None = None) -> None:
-        self.db = db
-        self.instance = instance
-        self.database_name: str = database_name or _database_name(db)
+        self.databases = Databases(db, instance, database_name)
         self._on_output = on_output
         self._outputs: list[Output] = []
         self.transaction = ScriptTransaction()
@@ -124,6 +122,19 @@ class Session:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+    @property
+    def db(self) -> Broker:
+        """The database the session is in (USE changes it)."""
+        return self.databases.db
+
+    @property
+    def database_name(self) -> str:
+        return self.databases.name
+
+    @property
+    def instance(self) -> Any | None:
+        return self.databases.instance
 
     def _emit(self, output: Output) -> None:
         self._outputs.append(output)
@@ -342,29 +353,11 @@ class Session:
         time.sleep(max(0.0, seconds))
 
     def _use(self, statement: n.Use, _evaluator: Evaluator, _scope: Scope) -> None:
-        name = statement.database
-        member = self._member(name)
-        if member is not None and member is not self.db:
-            if self.transaction.open:
-                raise SqlError(UNSUPPORTED, "USE cannot switch databases inside an open transaction here.")
-            self.db, self.database_name = member, name
-        elif member is None and not (self.instance is not None and name.casefold() in _SYSTEM_DATABASES):
-            raise _no_database(name)
+        member = self.databases.member(statement.database)
+        if self.transaction.open and member is not None and member is not self.db:
+            raise SqlError(UNSUPPORTED, "USE cannot switch databases inside an open transaction here.")
+        self.databases.use(statement.database)
         self.rowcount = 0
-
-    def _local(self, name: tuple[str, ...]) -> str:
-        """The object of a ``[database.][schema.]object`` name, which must be in this database (911)."""
-        if len(name) >= 3 and name[-3] and self._member(name[-3]) is not self.db:
-            raise _no_database(name[-3])
-        return name[-1]
-
-    def _member(self, name: str) -> Broker | None:
-        """The database called ``name``: this one, or a database of the instance."""
-        if self.instance is not None:
-            for member, db in self.instance.databases.items():
-                if member.casefold() == name.casefold():
-                    return db  # type: ignore[no-any-return]
-        return self.db if name.casefold() in (self.database_name.casefold(), "current") else None
 
     # -- procedures -----------------------------------------------------------------------
 
@@ -436,7 +429,7 @@ class Session:
     def _receive(self, statement: n.Receive, evaluator: Evaluator, scope: Scope, timeout: float | None = None) -> None:
         from broker.sql.queries import check_receive_list, project_messages
         check_receive_list(statement.items, statement.into)
-        queue = self._local(statement.queue)
+        queue = self.databases.local(statement.queue)
         top = None if statement.top is None else evaluator.value(statement.top)
         where: dict[str, Any] = {}
         if statement.where is not None:
@@ -492,7 +485,7 @@ class Session:
     def _getconversationgroup(self, statement: n.GetConversationGroup, _evaluator: Evaluator, scope: Scope,
                               timeout: float | None = None) -> None:
         scope.scalar(statement.variable)
-        queue = self._local(statement.queue)
+        queue = self.databases.local(statement.queue)
         group = self._in_transaction(lambda tx: tx.get_conversation_group(queue, timeout=timeout))
         scope.assign(statement.variable, group)
         self.rowcount = 0 if group is None else 1
@@ -532,61 +525,52 @@ class Session:
 
     def _ddl(self, statement: n.Ddl, evaluator: Evaluator, _scope: Scope) -> None:
         from broker.sql.ddl import run_ddl
+        from broker.sql.security import INSTANCE_KINDS
         target = self.db
-        if statement.kind != "DATABASE":
-            self._local(statement.name)
+        if statement.kind == "DATABASE" and statement.verb == "CREATE":
+            if self.transaction.open:
+                raise SqlError(226, "CREATE DATABASE statement not allowed within multi-statement transaction.")
+            self.databases.create(statement.name[-1])
+            self.rowcount = 0
+            return
         if statement.kind == "DATABASE":
-            if statement.verb == "CREATE":
-                self._create_database(statement.name[-1])
-                return
-            found = self._member(statement.name[-1])
+            found = self.databases.member(statement.name[-1])
             if found is None:
-                raise _no_database(statement.name[-1])
+                raise no_database(statement.name[-1])
             target = found
+        elif statement.name:
+            self.databases.local(statement.name)
+        if statement.kind in INSTANCE_KINDS and self.transaction.open:
+            raise _not_in_transaction(f"{statement.verb} {statement.kind}")
         if statement.kind == "PROCEDURE":
             self._in_transaction(lambda _tx: self.db.drop_procedure(statement.name[-1]))
-            return
-        if self.transaction.tx is not None and target is self.db:
+        elif self.transaction.tx is not None and target is self.db:
             with self.db.within(self.transaction.tx):
                 run_ddl(target, statement, evaluator, self.instance)
         else:
             run_ddl(target, statement, evaluator, self.instance)
         self.rowcount = 0
 
-    def _create_database(self, name: str) -> None:
-        """CREATE DATABASE: a new database of the instance, beside its catalog (a SQLite
-        file in the catalog's folder, or a database on the catalog's PostgreSQL server)."""
-        if self.instance is None:
-            raise SqlError(UNSUPPORTED, "CREATE DATABASE needs an instance (broker --instance URL sql): a broker "
-                                        "database alone is one database.")
-        if self.transaction.open:
-            raise SqlError(226, "CREATE DATABASE statement not allowed within multi-statement transaction.")
-        if self._member(name) is not None:
-            raise SqlError(1801, f"Database '{name}' already exists. Choose a different database name.")
-        self.instance.add_database(name, _member_url(self.instance.msdb, name))
+    def _permission(self, statement: n.Permission, _evaluator: Evaluator, _scope: Scope) -> None:
+        """GRANT / REVOKE: on the endpoint, the instance's, in master only (4621) and never
+        inside a user transaction; otherwise in this database, as one transaction."""
+        from broker.sql.clauses import needs_instance
+        from broker.sql.security import on_endpoint, run_permission
+        if on_endpoint(statement):
+            needs_instance(self.instance, "GRANT ... ON ENDPOINT")
+            if not self.databases.in_master:
+                raise SqlError(4621, "Permissions at the server scope can only be granted when the current "
+                                     "database is master")
+            if self.transaction.open:
+                raise _not_in_transaction("GRANT")
+            run_permission(self.db, statement, self.instance)
+        else:
+            self._in_transaction(lambda _tx: run_permission(self.db, statement, self.instance))
         self.rowcount = 0
 
 
-_SYSTEM_DATABASES = ("master", "msdb")
-
-
-def _no_database(name: str) -> SqlError:
-    return SqlError(NO_DATABASE, f"Database '{name}' does not exist. Make sure that the name is entered correctly.")
-
-
-def _member_url(catalog: Broker, name: str) -> str:
-    """Where CREATE DATABASE puts a new member of the instance whose catalog is ``catalog``."""
-    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", name) is None:
-        raise SqlError(UNSUPPORTED, f"CREATE DATABASE {name}: a new database's name here is letters, digits and "
-                                    "underscores (it names a file or a PostgreSQL database).")
-    url = catalog.engine.url
-    if url.get_backend_name() == "sqlite":
-        folder = Path(url_unquote(url.database or "")).parent
-        return url.set(database=str(folder / f"{name}.db")).render_as_string(hide_password=False)
-    from sqlalchemy import text
-    with catalog.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    return url.set(database=name).render_as_string(hide_password=False)
+def _not_in_transaction(statement: str) -> SqlError:
+    return SqlError(574, f"{statement} statement not allowed within multi-statement transaction.")
 
 
 def _check_loops(statements: list[n.Statement], *, inside: bool) -> None:
@@ -678,14 +662,6 @@ def _format_message(template: str, args: list[Any]) -> str:
         return str(value)
 
     return re.sub(r"%%|%([-+ 0#]*\d*(?:\.\d+)?[sdiuxX])", substitute, template)
-
-
-def _database_name(db: Broker) -> str:
-    """A database's name for ALTER DATABASE and USE: a SQLite file's stem, a PostgreSQL database's name."""
-    url = db.engine.url
-    if url.get_backend_name() == "sqlite":
-        return Path(url_unquote(url.database or "memory")).stem or "memory"
-    return url.database or "postgres"
 
 
 @contextmanager

@@ -232,8 +232,9 @@ def _datetime(value: Any, name: str) -> datetime:
         return datetime(value.year, value.month, value.day)
     if isinstance(value, str):
         text = value.strip().replace("T", " ")
+        # ISO forms, then us_english's month/day/year (SET DATEFORMAT mdy, SQL Server's default).
         for pattern in ("%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d", "%Y%m%d",
-                        "%H:%M:%S.%f", "%H:%M:%S", "%H:%M"):
+                        "%m/%d/%Y %H:%M:%S", "%m/%d/%Y %H:%M", "%m/%d/%Y", "%H:%M:%S.%f", "%H:%M:%S", "%H:%M"):
             try:
                 parsed = datetime.strptime(text, pattern)
             except ValueError:

@@ -479,3 +479,90 @@ class BrokerForwardedMessage(Base):
     time_consumed: Mapped[int] = mapped_column(Integer)
     message_id: Mapped[int] = mapped_column(BigInteger)
     runtime_session: Mapped[str] = mapped_column(String(256), index=True)
+
+
+class SymmetricKey(Base):
+    """CREATE MASTER KEY: the database master key (``##MS_DatabaseMasterKey##``), the one
+    symmetric key there is (sys.symmetric_keys). Its password is not kept: nothing here
+    is encrypted with it (docs/sql.md)."""
+
+    __tablename__ = "sb_symmetric_keys"
+
+    symmetric_key_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    name: Mapped[str] = mapped_column(String(SYSNAME), unique=True)
+    key_guid: Mapped[uuid.UUID] = mapped_column(GUID())
+    create_date: Mapped[datetime] = mapped_column(UTCDateTime())
+    modify_date: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class DatabasePrincipal(Base):
+    """CREATE USER: a user WITHOUT LOGIN, FOR LOGIN (``login_name``) or FROM CERTIFICATE
+    (``certificate_id``): sys.database_principals. Names compare without regard to case."""
+
+    __tablename__ = "sb_database_principals"
+
+    principal_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    name_key: Mapped[str] = mapped_column(String(SYSNAME), unique=True)  # the name case-folded
+    name: Mapped[str] = mapped_column(String(SYSNAME))
+    type: Mapped[str] = mapped_column(String(1))  # S: SQL user, C: mapped to a certificate
+    login_name: Mapped[str | None] = mapped_column(String(SYSNAME))
+    certificate_id: Mapped[int | None] = mapped_column(Integer)
+    create_date: Mapped[datetime] = mapped_column(UTCDateTime())
+    modify_date: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class ServerPrincipal(Base):
+    """CREATE LOGIN, in an instance catalog (master): a login WITH PASSWORD (the password
+    is not kept: no one logs in with it here) or FROM CERTIFICATE: sys.server_principals."""
+
+    __tablename__ = "sb_server_principals"
+
+    principal_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    name_key: Mapped[str] = mapped_column(String(SYSNAME), unique=True)
+    name: Mapped[str] = mapped_column(String(SYSNAME))
+    type: Mapped[str] = mapped_column(String(1))  # S: SQL login, C: mapped to a certificate
+    certificate_id: Mapped[int | None] = mapped_column(Integer)
+    create_date: Mapped[datetime] = mapped_column(UTCDateTime())
+    modify_date: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class Certificate(Base):
+    """CREATE CERTIFICATE: sys.certificates. In an instance catalog (master) its
+    certificates serve and trust the endpoint; in a database they are dialog security's
+    (kept, not used to encrypt: docs/sql.md). PEM text; the private key, when there is
+    one, unencrypted, as ``sb_endpoints`` keeps it (docs/endpoints.md)."""
+
+    __tablename__ = "sb_certificates"
+
+    certificate_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    name_key: Mapped[str] = mapped_column(String(SYSNAME), unique=True)
+    name: Mapped[str] = mapped_column(String(SYSNAME))
+    principal_id: Mapped[int] = mapped_column(Integer)  # its owner: a database principal (1: dbo)
+    subject: Mapped[str] = mapped_column(String(4000))
+    issuer_name: Mapped[str] = mapped_column(String(4000))
+    cert_serial_number: Mapped[str] = mapped_column(String(64))
+    thumbprint: Mapped[bytes] = mapped_column(LargeBinary, unique=True)  # SHA-1 of the DER form
+    start_date: Mapped[datetime] = mapped_column(UTCDateTime())
+    expiry_date: Mapped[datetime] = mapped_column(UTCDateTime())
+    key_length: Mapped[int] = mapped_column(Integer)
+    certificate: Mapped[str] = mapped_column(Text)
+    private_key: Mapped[str | None] = mapped_column(Text)
+    pvt_key_encryption_type: Mapped[str] = mapped_column(String(2))  # MK, PW or NA (no private key)
+    is_active_for_begin_dialog: Mapped[bool] = mapped_column(Boolean)
+    pvt_key_last_backup_date: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    create_date: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class Permission(Base):
+    """GRANT: a permission (``type``, SQL Server's code) on a securable (``class``: 0 the
+    database, 17 a service, 105 an endpoint; ``major_id`` its id) to a principal (a user,
+    or for an endpoint a login; 0 / 2 is public): sys.database_permissions and
+    sys.server_permissions. Nothing checks them (docs/sql.md)."""
+
+    __tablename__ = "sb_permissions"
+
+    class_: Mapped[int] = mapped_column("class", SmallInteger, primary_key=True)
+    major_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    grantee_principal_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    type: Mapped[str] = mapped_column(String(4), primary_key=True)
+    permission_name: Mapped[str] = mapped_column(String(128))

@@ -69,10 +69,11 @@ def _consumer(url: str, count: int, ready: Any, go: Any, results: Any) -> None:
     waits: list[tuple[float, float]] = []  # (when it ended, seconds waited)
     take = backends.Backend.take_write_lock
 
-    def timed(self: backends.Backend, engine: Any, info: dict[Any, Any]) -> None:
+    def timed(self: backends.Backend, engine: Any, info: dict[Any, Any]) -> float:
         began = time.perf_counter()
-        take(self, engine, info)
+        left = take(self, engine, info)
         waits.append((time.time(), time.perf_counter() - began))
+        return left
 
     backends.Backend.take_write_lock = timed  # type: ignore[method-assign]
     db = broker.connect(url, upgrade=False)

@@ -319,7 +319,8 @@ class Transaction:
                     changes = backend.changes(owned)
                     if ctx is not None:  # current for the next member; dropped if the group's commit fails
                         ctx.kept.committed(ctx.catalog.version)
-                    self._state.group.commit(member, catalog_changed=ctx is not None and ctx.changed_catalog)  # type: ignore[union-attr]
+                    self._state.group.commit(  # type: ignore[union-attr]
+                        member, catalog_changed=ctx is not None and ctx.changed_catalog, wrote=self._wrote)
                 else:
                     self._end(owned, commit=True)
                     changes = backend.changes(owned)
@@ -367,10 +368,12 @@ class Transaction:
     def _end(self, conn: Connection, *, commit: bool) -> None:
         """Commit or roll back the broker's own connection (``end_transaction``), then
         give back the write lock."""
+        committed = False
         try:
             end_transaction(conn, commit=commit)
+            committed = commit
         finally:
-            self._state.backend.ended(conn, wrote=commit)
+            self._state.backend.ended(conn, committed=committed)
 
     def close(self) -> None:
         if self._member is not None:  # neither committed nor rolled back (a failed begin): undo it

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
+import struct
 import time
 import uuid
 from collections.abc import Callable
@@ -81,3 +84,23 @@ def between_databases(inst: broker.Instance, initiator_url: str,
     initiator.create_queue(BETWEEN_INITIATOR_QUEUE)
     initiator.create_service(BETWEEN_INITIATOR_SERVICE, BETWEEN_INITIATOR_QUEUE)
     return initiator, target
+
+
+# struct flock on Linux: l_type, l_whence, l_start, l_len, l_pid (native alignment).
+_FLOCK = "hhqqi4x"
+_probes: dict[str, int] = {}
+
+
+def lock_file_holder(db_path: str, offset: int) -> int | None:
+    """The id of another process holding byte ``offset`` of a SQLite database's lock file
+    (``broker.storage.write_lock``: 0 the door, 1 the lock, 2 a flush), if one does.
+
+    F_GETLK takes no lock. The descriptor stays open for the test run: closing any
+    descriptor of the file would drop this process's own record locks on it.
+    """
+    fd = _probes.get(db_path)
+    if fd is None:
+        fd = _probes[db_path] = os.open(db_path + "-lock", os.O_RDWR)
+    query = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, offset, 1, 0)
+    l_type, _whence, _start, _len, pid = struct.unpack(_FLOCK, fcntl.fcntl(fd, fcntl.F_GETLK, query))
+    return None if l_type == fcntl.F_UNLCK else int(pid)

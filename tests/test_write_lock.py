@@ -5,10 +5,8 @@ gets error 1222 instead of hanging."""
 
 from __future__ import annotations
 
-import fcntl
 import os
 import signal
-import struct
 import subprocess
 import sys
 import threading
@@ -16,11 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import wait_until
+from support import lock_file_holder, wait_until
 
 import broker
 from broker.errors import BrokerError
-from broker.storage.write_lock import MAX_OPEN_LOCK_FILES, write_lock
+from broker.storage import write_lock as write_lock_module
+from broker.storage.write_lock import DESCRIPTORS_PER_LOCK_FILE, MAX_OPEN_LOCK_FILES, write_lock
 
 WORKERS = str(Path(__file__).with_name("write_lock_workers.py"))
 
@@ -52,30 +51,24 @@ def _words(db: broker.Broker) -> list[str]:
         return [row["word"] for row in tx.query("SELECT word FROM log ORDER BY n")]
 
 
-# struct flock on Linux: l_type, l_whence, l_start, l_len, l_pid (native alignment).
-_FLOCK = "hhqqi4x"
-_probes: dict[str, int] = {}
-
-
 def _someone_at_the_door(db_path: str) -> bool:
-    """Whether another process holds the lock file's door (byte 0): it waits for the lock.
-
-    F_GETLK takes no lock. The descriptor stays open for the test run: closing any
-    descriptor of the file would drop this process's own record locks on it.
-    """
-    fd = _probes.get(db_path)
-    if fd is None:
-        fd = _probes[db_path] = os.open(db_path + "-lock", os.O_RDWR)
-    query = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
-    l_type, *_ = struct.unpack(_FLOCK, fcntl.fcntl(fd, fcntl.F_GETLK, query))
-    return bool(l_type != fcntl.F_UNLCK)
+    """Whether another process holds the lock file's door: it waits for the lock."""
+    return lock_file_holder(db_path, 0) is not None
 
 
-def test_a_process_waiting_at_the_door_writes_before_the_holder_writes_again(url: str) -> None:
+def _waits(db_path: str, process: subprocess.Popen[str]) -> bool:
+    """Whether ``process`` waits for the write lock: at the door, or holding the file's
+    lock a long transaction lent it while SQLite's lock is still held."""
+    return process.pid in (lock_file_holder(db_path, 0), lock_file_holder(db_path, 1))
+
+
+def test_a_process_waiting_at_the_door_writes_before_the_holder_writes_again(
+        url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The holder lets the lock go and asks again at once: the waiting process goes first
-    (SQLite's busy handler would let the holder take it straight back). The holder's
-    tenure (``write_lock.TENURE_S``, a few ms from when it took the lock) is long over by
-    the time the other process has started and waits."""
+    (SQLite's busy handler would let the holder take it straight back). The holder keeps
+    its place while the other process starts (it lends it only after ``LEND_AFTER_S``,
+    longer here than the test)."""
+    monkeypatch.setattr(write_lock_module, "LEND_AFTER_S", 120.0)
     db = broker.connect(url)
     path = db.engine.url.database or ""
     try:
@@ -101,7 +94,7 @@ def test_a_process_killed_holding_the_lock_loses_its_transaction_and_blocks_no_o
     wait_until(ready.exists, timeout=30)
     try:
         appender = _worker("append", url, "after the kill")
-        wait_until(lambda: _someone_at_the_door(db.engine.url.database or ""), timeout=30)
+        wait_until(lambda: _waits(db.engine.url.database or "", appender), timeout=30)
         os.kill(holder.pid, signal.SIGKILL)
         _finish(holder)
         assert _finish(appender) == 0
@@ -112,7 +105,8 @@ def test_a_process_killed_holding_the_lock_loses_its_transaction_and_blocks_no_o
         db.dispose()
 
 
-def test_a_process_killed_while_waiting_at_the_door_blocks_no_one(url: str) -> None:
+def test_a_process_killed_while_waiting_at_the_door_blocks_no_one(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(write_lock_module, "LEND_AFTER_S", 120.0)  # the holder keeps its place
     db = broker.connect(url)
     path = db.engine.url.database or ""
     try:
@@ -189,7 +183,7 @@ def test_a_process_keeps_few_lock_files_open_however_many_databases_it_opens(tmp
         db = broker.connect(url)
         db.create_queue("Q")
         db.dispose()
-    assert len(list(descriptors.iterdir())) - before <= MAX_OPEN_LOCK_FILES
+    assert len(list(descriptors.iterdir())) - before <= MAX_OPEN_LOCK_FILES * DESCRIPTORS_PER_LOCK_FILE
     first = broker.connect(urls[0])  # its lock file was closed: it opens again
     try:
         with first.transaction() as tx:

@@ -5,15 +5,21 @@ hold URL READY_FILE
     READY_FILE, and keeps the transaction open until killed.
 append URL WORD
     Appends WORD to ``log`` in a transaction of its own (waiting for the write lock).
+flush LOCK_FILE READY_FILE
+    Takes the record lock of a process leading a flush (``durable_commits``), creates
+    READY_FILE, and keeps it until killed.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import sys
 import threading
 from pathlib import Path
 
 import broker
+from broker.storage import durable_commits
 
 
 def hold(url: str, ready_file: str) -> None:
@@ -31,6 +37,14 @@ def append(url: str, word: str) -> None:
     db.dispose()
 
 
+def flush(lock_file: str, ready_file: str) -> None:
+    fd = os.open(lock_file, os.O_RDWR)
+    durable_commits.Counts(fd)
+    fcntl.lockf(fd, fcntl.LOCK_EX, 1, durable_commits.SYNC)
+    Path(ready_file).touch()
+    threading.Event().wait()  # until SIGKILL
+
+
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
-    {"hold": hold, "append": append}[command](*args)
+    {"hold": hold, "append": append, "flush": flush}[command](*args)

@@ -17,9 +17,10 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import sqlite3
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +30,7 @@ from sqlalchemy.engine import Connection
 
 from broker.errors import BrokerError
 from broker.storage.waiting import CommitWatch, QueueNotifier, wait_for_queue
-from broker.storage.write_lock import write_lock
+from broker.storage.write_lock import LEND_AFTER_S, write_lock
 
 if TYPE_CHECKING:
     from broker.storage.queue_tables import QueueStatements
@@ -42,10 +43,18 @@ SQLITE_BUSY_TIMEOUT_MS = 60_000
 _HELD = "broker_write_lock"  # the key, in a connection's info, of the write lock it holds
 
 
-def _give_back(info: dict[Any, Any], *, wrote: bool = False) -> None:
+def _give_back(info: dict[Any, Any], *, committed: bool = False,
+               meanwhile: Callable[[], None] | None = None) -> None:
+    """Give the write lock back; after a commit that changed something, return only once
+    it is durable (``durable_commits``), running ``meanwhile`` first."""
     lock = info.pop(_HELD, None)
-    if lock is not None:
-        lock.release(wrote=wrote)
+    try:
+        number = lock.release(committed=committed) if lock is not None else None
+    finally:
+        if meanwhile is not None:
+            meanwhile()
+    if number is not None:
+        lock.wait_durable(number)
 
 
 class Backend:
@@ -78,7 +87,10 @@ class Backend:
             cursor = dbapi_connection.cursor()
             cursor.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
             cursor.execute("PRAGMA journal_mode = WAL")
-            cursor.execute("PRAGMA synchronous = FULL")
+            # Commits under the fair write lock are flushed after it is let go, shared
+            # between processes (``durable_commits``); without a lock file, at each commit.
+            flushed = write_lock(self.database_key(engine)).flushes_commits
+            cursor.execute(f"PRAGMA synchronous = {'NORMAL' if flushed else 'FULL'}")
             cursor.execute("PRAGMA foreign_keys = ON")
             cursor.close()
 
@@ -126,9 +138,24 @@ class Backend:
         statements; a SQLAlchemy statement run later in the transaction joins it
         (``_on_begin``) and SQLAlchemy then ends it.
         """
-        self.take_write_lock(conn.engine, conn.info)
+        left = self.take_write_lock(conn.engine, conn.info)
+        driver = conn.connection.dbapi_connection
+        assert driver is not None  # a checked-out connection always has one
         try:
-            conn.connection.dbapi_connection.execute("BEGIN IMMEDIATE")  # type: ignore[union-attr]
+            # A holder that lent its place (``write_lock``) may still hold SQLite's lock:
+            # its busy handler then waits, for what is left of the timeout.
+            lent = left < self.busy_timeout_s - LEND_AFTER_S
+            if lent:
+                driver.execute(f"PRAGMA busy_timeout = {max(0, int(left * 1000))}")
+            try:
+                driver.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
+                    raise
+                raise self._no_write_lock() from exc
+            finally:
+                if lent:
+                    driver.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
         except BaseException:
             self.ended(conn)
             raise
@@ -154,19 +181,28 @@ class Backend:
             finally:
                 conn.rollback()
 
-    def take_write_lock(self, engine: Engine, info: dict[Any, Any]) -> None:
+    def take_write_lock(self, engine: Engine, info: dict[Any, Any]) -> float:
         """Take ``engine``'s database write lock for the connection whose ``info`` is given
-        (:meth:`ended` gives it back); error 1222 past the busy timeout."""
+        (:meth:`ended` gives it back): the seconds left of the busy timeout; error 1222
+        past it."""
         lock = write_lock(self.database_key(engine))
-        if not lock.acquire(self.busy_timeout_s):
-            raise BrokerError(1222, f"Lock request time out period exceeded. (no write lock on the database "
-                                    f"within {self.busy_timeout_s:g} s: another transaction holds it)")
+        left = lock.acquire(self.busy_timeout_s)
+        if left is None:
+            raise self._no_write_lock()
         info[_HELD] = lock
+        return left
 
-    def ended(self, conn: Connection, *, wrote: bool = False) -> None:
-        """``conn``'s transaction has ended (committed, if it ``wrote``): the write lock
-        goes to the next writer waiting (``WriteLock.release``)."""
-        _give_back(conn.info, wrote=wrote)
+    def _no_write_lock(self) -> BrokerError:
+        return BrokerError(1222, f"Lock request time out period exceeded. (no write lock on the database "
+                                 f"within {self.busy_timeout_s:g} s: another transaction holds it)")
+
+    def ended(self, conn: Connection, *, committed: bool = False,
+              meanwhile: Callable[[], None] | None = None) -> None:
+        """``conn``'s transaction has ended: the write lock goes to the next writer
+        waiting (``WriteLock.release``). If it ``committed`` a change, return only once
+        that is durable; ``meanwhile`` runs after the lock is let go, before that wait
+        (SQLite: :mod:`broker.storage.durable_commits`)."""
+        _give_back(conn.info, committed=committed, meanwhile=meanwhile)
 
     def changes(self, conn: Connection) -> int | None:
         """How many rows ``conn`` has written since it opened; None where it is not known.
@@ -317,6 +353,7 @@ def _end_then_give_back(dbapi: Any, info: dict[Any, Any], *, commit: bool) -> No
     (rolled back if its commit fails), then give the lock back."""
     if _HELD not in info:
         return
+    committed = False
     try:
         if dbapi is not None and dbapi.in_transaction:
             if not commit:
@@ -327,8 +364,9 @@ def _end_then_give_back(dbapi: Any, info: dict[Any, Any], *, commit: bool) -> No
                 except BaseException:
                     dbapi.rollback()
                     raise
+                committed = True
     finally:
-        _give_back(info, wrote=commit)
+        _give_back(info, committed=committed)
 
 
 def _process_exists(pid: int) -> bool:

@@ -89,6 +89,7 @@ class _Physical:
     began: float
     changes_at_begin: int | None  # the connection's count of rows written, at BEGIN
     members: int = 0  # members that committed into it
+    wrote: bool = False  # a member may have written without changing a row count
     # Made by the first member to wait for the commit (most commits have none); set
     # by whoever ends it, which can only be a later member: it holds the turn.
     done: threading.Event | None = None
@@ -143,15 +144,18 @@ class WriteGroup:
             self._turn.release()
             raise
 
-    def commit(self, member: Member, *, catalog_changed: bool) -> None:
+    def commit(self, member: Member, *, catalog_changed: bool, wrote: bool) -> None:
         """The member committed: keep its work (released savepoint) and return once the
-        physical commit holding it is durable; raise if that commit failed. The caller
-        has flushed the member's held-back writes (``pending.flush``): the next
-        member's begin would drop them."""
+        physical commit holding it is durable; raise if that commit failed. ``wrote``:
+        the member ran something that may have written without changing a row (DDL,
+        application SQL), so the commit must be made durable even if no row count moved.
+        The caller has flushed the member's held-back writes (``pending.flush``): the
+        next member's begin would drop them."""
         conn, physical = member.conn, member.physical
         if not member.first:
             _driver(conn).execute(f"RELEASE {_SAVEPOINT}")
         physical.members += 1
+        physical.wrote = physical.wrote or wrote
         if catalog_changed or self._must_commit(physical):
             self._commit_physical(physical)
         else:
@@ -198,27 +202,39 @@ class WriteGroup:
                 or self._write_lock.queued > 0)
 
     def _commit_physical(self, physical: _Physical) -> None:
+        """Commit the physical transaction; once the write lock is let go the next thread
+        may begin another on the connection while this one's commit is flushed, and then
+        its members wake."""
         conn = self._connection()
         error: BaseException | None = None
         try:
             end_transaction(conn, commit=True)
         except BaseException as exc:  # noqa: BLE001 - handed to every member
             error = exc
-        finally:
-            wrote = error is None and self._backend.changes(conn) != physical.changes_at_begin
-            self._backend.ended(conn, wrote=wrote)
-        self._close(physical, error)
+        try:
+            committed = error is None and (physical.wrote or self._backend.changes(conn) != physical.changes_at_begin)
+            self._backend.ended(conn, committed=committed, meanwhile=self._next)
+        except BaseException as exc:  # noqa: BLE001 - a failed flush: not durable, say so to every member
+            error = error or exc
+        self._wake(physical, error)
         if error is not None:
             raise _reported(error)
 
     def _close(self, physical: _Physical, error: BaseException | None) -> None:
-        """The physical transaction ended: wake its members, then the next thread."""
-        physical.error = error
+        """The physical transaction ended without a commit: the next thread, then its
+        members."""
+        self._next()
+        self._wake(physical, error)
+
+    def _next(self) -> None:
         self._physical = None
+        self._turn.release()
+
+    def _wake(self, physical: _Physical, error: BaseException | None) -> None:
+        physical.error = error
         with self._mutex:
             if physical.done is not None:
                 physical.done.set()
-        self._turn.release()
 
     def _connection(self) -> Connection:
         if self._conn is None or self._conn.closed or self._conn.invalidated:

@@ -14,16 +14,26 @@ IMMEDIATE`` and lets it go once its transaction has ended:
   takes the door, then the lock, then leaves the door. So at most one process waits at
   the lock, holding the door, and the process that lets the lock go cannot take it again
   before that one: it has to pass the door first. The kernel wakes a process blocked on a
-  record lock as soon as it is let go; nobody sleeps on a timer.
+  record lock as soon as it is let go; nobody sleeps on a timer, and the thread that
+  wants to write blocks on the record lock itself (handing the lock from a thread of the
+  process to another costs more than the hand-over between processes: about 100 us
+  against 5 on a 2-core machine).
 * **A process that dies** holding or waiting loses nothing and blocks no one: the kernel
   drops its record locks with it, and SQLite's own lock (which still guards the data)
   rolls back its transaction.
+* **A long transaction lends its place.** A blocking ``fcntl`` cannot be given a
+  timeout, yet a transaction must get error 1222 rather than hang when it cannot begin
+  within the busy timeout. So no process keeps the file's lock longer than
+  ``LEND_AFTER_S``: past that, a thread of the holding process (the *lender*) lets the
+  record lock go while the transaction goes on under SQLite's lock. The process waiting
+  next then takes the record lock and meets SQLite's lock in ``BEGIN IMMEDIATE``, whose
+  busy handler waits for what is left of its timeout. Short transactions, nearly all of
+  them, keep the fair order; those behind a long one wait as SQLite makes them, as they
+  would without this lock. A writer waits at most ``LEND_AFTER_S`` for each process
+  ahead of it at the file's lock before its own timeout counts down in SQLite.
 
-A blocking ``fcntl`` cannot be given a timeout, and a transaction must get error 1222
-rather than hang when it cannot begin within the busy timeout. So a process waits for
-the file's locks on a thread of its own (one per database, started at the first
-contention); the transaction's thread waits for that one with the timeout and, if it
-gives up, the lock is let go as soon as it arrives.
+Commits under this lock are made durable after it is let go, with one flush shared by
+the processes that committed meanwhile (:mod:`broker.storage.durable_commits`).
 
 SQLite's lock is not replaced: a connection that does not take this lock (another
 program, an older broker) still meets SQLite's busy handler, as before.
@@ -31,7 +41,6 @@ program, an older broker) still meets SQLite's busy handler, as before.
 
 from __future__ import annotations
 
-import atexit
 import collections
 import fcntl
 import os
@@ -39,12 +48,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from broker.storage import durable_commits
+
 _DOOR, _LOCK = 0, 1  # byte offsets in the lock file
-# A process keeps the file's lock between its transactions for at most this long from
-# when it took it ...
-TENURE_S = 0.010
-# ... and only while its next transaction begins within this long of the last one's end.
-GRACE_S = 0.0005
 
 
 @dataclass(eq=False, slots=True)
@@ -105,14 +111,13 @@ class WriteLock:
     many threads of this process wait for it (group commit hands its turn to them).
     """
 
-    def __init__(self, lock_path: str | None) -> None:
+    def __init__(self, database_path: str) -> None:
         self._turn = Turn()  # among this process's threads
         self._file: _FileLock | None = None
-        if lock_path is not None:
-            try:
-                self._file = _FileLock(lock_path)
-            except OSError:
-                pass  # no lock file (a read-only folder): processes meet at SQLite's lock
+        try:
+            self._file = _FileLock(database_path)
+        except OSError:
+            pass  # no lock file (a read-only folder): processes meet at SQLite's lock
 
     @property
     def queued(self) -> int:
@@ -121,28 +126,40 @@ class WriteLock:
     def locked(self) -> bool:
         return self._turn.locked()
 
-    def acquire(self, timeout: float) -> bool:
-        """Take the lock within ``timeout`` seconds; False when it could not be had."""
+    def acquire(self, timeout: float) -> float | None:
+        """Take the lock: the seconds left of ``timeout`` once taken, for SQLite's own
+        wait (the holder may have lent its place: see the module doc); None when the
+        threads of this process ahead kept it for all of ``timeout``."""
         deadline = time.monotonic() + timeout
         if not self._turn.acquire(timeout):
-            return False
-        if self._file is None or self._file.acquire(deadline - time.monotonic()):
-            return True
-        self._turn.release()
-        return False
-
-    def release(self, *, wrote: bool = False) -> None:
-        """Let the lock go: the next thread here, or another process. After a transaction
-        that ``wrote``, this process keeps the file's lock a little while (its *tenure*,
-        see ``_FileLock.release``) for its next transaction."""
+            return None
         if self._file is not None:
-            self._file.release(keep=wrote)
-        self._turn.release()
+            try:
+                self._file.acquire()
+            except BaseException:
+                self._turn.release()
+                raise
+        return deadline - time.monotonic()
 
-    def let_go_if_kept(self) -> None:
-        """Let go of the file's lock if it is only kept for a next transaction."""
-        if self._file is not None:
-            self._file.let_go_if_kept()
+    @property
+    def flushes_commits(self) -> bool:
+        """Whether commits under this lock are made durable by :meth:`wait_durable` (so
+        SQLite need not flush at each commit: ``durable_commits``); False without a lock
+        file."""
+        return self._file is not None
+
+    def release(self, *, committed: bool = False) -> int | None:
+        """Let the lock go: the next thread here, or another process. For a transaction
+        that ``committed`` a change, the number to give :meth:`wait_durable`."""
+        try:
+            return self._file.release(committed=committed) if self._file is not None else None
+        finally:
+            self._turn.release()
+
+    def wait_durable(self, number: int) -> None:
+        """Return once commit ``number`` (from :meth:`release`) is on disk."""
+        assert self._file is not None  # release gives a number only with a lock file
+        self._file.wait_durable(number)
 
     @property
     def file(self) -> _FileLock | None:
@@ -150,92 +167,101 @@ class WriteLock:
 
 
 class _FileLock:
-    """The door-and-lock pair of record locks on the lock file, for this process.
+    """The door-and-lock pair of record locks on the lock file, for this process, and the
+    counts that make its commits durable (``durable_commits``).
 
     Record locks belong to the process, not to a thread or a descriptor, and closing any
-    descriptor of the file drops them all: there is one descriptor per lock file, closed
-    only while this process neither holds nor waits for anything on it. A process opens
+    descriptor of the file drops them all: a lock file's descriptors (its own, and the
+    one the mapping of its counts keeps) are closed only while this process neither
+    holds, waits for nor flushes under anything of it. A process opens
     many databases over its life (a test suite, thousands), so beyond
     ``MAX_OPEN_LOCK_FILES`` the least recently used idle ones are closed, and opened
     again when next needed. One thread of the process at a time asks for the lock (the
-    holder of the threads' turn); the waiter thread may still be waiting for an earlier
-    one that gave up, and then serves the new one.
+    holder of the threads' turn).
     """
 
-    def __init__(self, path: str) -> None:
-        self._path = path
-        self._fd: int | None = _open_lock_file(path)
+    def __init__(self, database_path: str) -> None:
+        self._path = database_path + "-lock"
+        self._mutex = threading.Lock()
+        self._fd: int | None = None
+        self._counts: durable_commits.Counts | None = None
+        self._open()
+        self._flusher = durable_commits.Flusher(database_path + "-wal")
         self._last_used = time.monotonic()
-        self._in_use = False  # a transaction of this process asks for it or holds it
-        self._changed = threading.Condition(threading.Lock())
-        self._wanted = False  # a thread here waits for the lock
-        self._granted = False  # the waiter thread took it for that thread
-        self._busy = False  # the waiter thread is at the door or the lock
-        self._waiter: threading.Thread | None = None
-        self._since = 0.0  # when this process took the lock (time.monotonic())
-        self._kept_until: float | None = None  # held between transactions: let go then
-        self._timing = False  # the waiter thread sleeps until ``_kept_until``
+        self._users = 0  # transactions of this process asking for, holding or flushing under it
+        self.held_since: float | None = None  # when the lock was taken, while this process holds it
+        self._lent = False  # the lender let it go while the transaction goes on
 
-    def acquire(self, timeout: float) -> bool:
-        with self._changed:
-            self._in_use, self._last_used = True, time.monotonic()
-            if self._kept_until is not None:  # kept from this process's last transaction
-                self._kept_until = None
-                return True
+    def acquire(self) -> None:
+        """Queue at the door, then at the lock (blocking: a holder lends its place within
+        ``LEND_AFTER_S``)."""
+        with self._mutex:
             reopened = self._fd is None
             if reopened:
-                self._fd = _open_lock_file(self._path)
-            busy = self._busy
+                self._open()
+            self._users += 1
+            self._last_used = time.monotonic()
         if reopened:
             _close_idle_lock_files()
-        # Not busy: nothing of this process holds the door or the lock (a process never
-        # conflicts with its own record locks), so trying without blocking is sound.
-        if not busy and self._try(_DOOR):
-            got = self._try(_LOCK)
-            self._unlock(_DOOR)
-            if got:
-                self._since = time.monotonic()
-                return True
-        with self._changed:
-            self._wanted, self._granted = True, False
-            self._start_waiter()
-            self._changed.notify_all()
-            granted = self._changed.wait_for(lambda: self._granted, max(0.0, timeout))
-            self._wanted = self._granted = False
-            self._in_use = granted
-            self._changed.notify_all()
-            return granted
+        try:
+            self._take()
+        except BaseException:
+            self._done()
+            raise
+        with self._mutex:
+            self._lent = False
+            self.held_since = time.monotonic()
+        _lender.watch(self)
 
-    def release(self, *, keep: bool) -> None:
-        """Let the lock go, or with ``keep``, while another process waits at the door,
-        hold it for this process's next transaction: until that begins, for at most
-        ``GRACE_S``, and no longer than ``TENURE_S`` since the lock was taken. A process
-        that commits transaction after transaction then runs several of them per turn:
-        no hand-over between processes, and what its connection keeps stays current,
-        since no one else committed. Waiting processes wait at most a tenure each for
-        it. With nobody waiting, letting go costs nothing, and it is let go at once."""
-        now = time.monotonic()
-        if keep and now - self._since < TENURE_S and self._someone_at_the_door():
-            with self._changed:
-                self._kept_until = min(self._since + TENURE_S, now + GRACE_S)
-                self._in_use = False
-                self._start_waiter()
-                if not self._timing:  # else it wakes at the earlier moment, and waits on
-                    self._changed.notify_all()
-            return
-        self._unlock(_LOCK)
-        with self._changed:
-            self._in_use = False
+    def release(self, *, committed: bool) -> int | None:
+        """Let the lock go; for a transaction that ``committed`` a change, first take the
+        number of its commit (the file stays open until :meth:`wait_durable`). Counting
+        needs the lock: a transaction whose place was lent takes it again to count."""
+        number = None
+        with self._mutex:
+            lent, self._lent, self.held_since = self._lent, False, None
+            try:
+                if committed and not lent:
+                    number = self._shared_counts.count_commit()
+            finally:
+                if not lent:
+                    self._unlock(_LOCK)
+        try:
+            if committed and lent:
+                self._take()
+                try:
+                    number = self._shared_counts.count_commit()
+                finally:
+                    self._unlock(_LOCK)
+        finally:
+            if number is None:
+                self._done()
+        return number
+
+    def lend(self, held_since: float) -> None:
+        """Let the record lock go if it is still held since ``held_since`` (the lender's
+        call: the transaction goes on under SQLite's lock)."""
+        with self._mutex:
+            if self.held_since == held_since and not self._lent:
+                self._lent = True
+                self._unlock(_LOCK)
+
+    def wait_durable(self, number: int) -> None:
+        try:
+            self._flusher.wait_durable(self._descriptor, self._shared_counts, number)
+        finally:
+            self._done()
 
     def close_if_idle(self) -> bool:
-        """Close the descriptor if nothing of this process holds or waits for the lock
-        (its waiter thread then ends); whether it did."""
-        with self._changed:
-            if (self._fd is None or self._in_use or self._wanted or self._busy
-                    or self._kept_until is not None):
+        """Close the descriptor if nothing of this process holds, waits for or flushes
+        under the lock; whether it did."""
+        with self._mutex:
+            if self._fd is None or self._users:
                 return False
             fd, self._fd = self._fd, None
-            self._changed.notify_all()
+            counts, self._counts = self._counts, None
+        if counts is not None:
+            counts.close()
         os.close(fd)
         return True
 
@@ -243,81 +269,93 @@ class _FileLock:
     def is_open(self) -> bool:
         return self._fd is not None
 
+    def _open(self) -> None:
+        fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:
+            self._counts = durable_commits.Counts(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+
+    @property
+    def _shared_counts(self) -> durable_commits.Counts:
+        assert self._counts is not None  # open whenever a lock is held or flushed under
+        return self._counts
+
     @property
     def _descriptor(self) -> int:
-        # Open whenever a lock is asked for, held or kept: only idle files are closed.
+        # Open whenever a lock is asked for, held or flushed under: only idle files close.
         assert self._fd is not None
         return self._fd
 
-    def let_go_if_kept(self) -> None:
-        with self._changed:
-            if self._kept_until is not None:
-                self._kept_until = None
-                self._unlock(_LOCK)
+    def _done(self) -> None:
+        with self._mutex:
+            self._users -= 1
 
-    def _someone_at_the_door(self) -> bool:
-        # This process is not: it holds the lock, and its waiter thread is idle.
-        if self._try(_DOOR):
-            self._unlock(_DOOR)
-            return False
-        return True
-
-    def _start_waiter(self) -> None:
-        if self._waiter is None or not self._waiter.is_alive():
-            self._waiter = threading.Thread(target=self._wait_for_lock, name="broker-write-lock", daemon=True)
-            self._waiter.start()
-
-    def _wait_for_lock(self) -> None:
-        """The waiter thread: takes the door, then the lock, each time a thread here
-        wants it, and hands it over, or lets it go at once if that thread gave up
-        meanwhile; lets a lock kept between transactions go when its time is up."""
-        while True:
-            with self._changed:
-                while not self._wanted:
-                    if self._fd is None:
-                        return  # closed (``close_if_idle``): a new one starts when needed
-                    if self._kept_until is None:
-                        self._changed.wait()
-                    elif (left := self._kept_until - time.monotonic()) > 0:
-                        self._timing = True
-                        self._changed.wait(left)
-                        self._timing = False
-                    else:
-                        self._kept_until = None
-                        self._unlock(_LOCK)
-                self._busy = True
-            fcntl.lockf(self._descriptor, fcntl.LOCK_EX, 1, _DOOR)
-            try:
-                fcntl.lockf(self._descriptor, fcntl.LOCK_EX, 1, _LOCK)
-            finally:
-                self._unlock(_DOOR)
-            with self._changed:
-                self._since = time.monotonic()
-                if self._wanted:
-                    self._granted = True
-                    self._changed.notify_all()
-                    self._changed.wait_for(lambda: not self._granted)  # taken by that thread
-                else:
-                    self._unlock(_LOCK)
-                self._busy = False
-
-    def _try(self, offset: int) -> bool:
+    def _take(self) -> None:
+        durable_commits.blocking_lock(self._descriptor, _DOOR)
         try:
-            fcntl.lockf(self._descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, offset)
-        except OSError:
-            return False
-        return True
+            durable_commits.blocking_lock(self._descriptor, _LOCK)
+        finally:
+            self._unlock(_DOOR)
 
     def _unlock(self, offset: int) -> None:
         fcntl.lockf(self._descriptor, fcntl.LOCK_UN, 1, offset)
 
 
-# Lock files a process keeps open when idle (see ``_FileLock``).
-MAX_OPEN_LOCK_FILES = 32
+# A process keeps the file's record lock at most this long (see the module doc):
+# transactions are far shorter, bar a WAITFOR that holds its locks and long application
+# work.
+LEND_AFTER_S = 0.05
 
 
-def _open_lock_file(path: str) -> int:
-    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+class _Lender:
+    """The thread of this process that lends the place of transactions holding a file's
+    lock longer than ``LEND_AFTER_S``. It looks every ``LEND_AFTER_S`` while a lock is
+    held, and sleeps when none has been for a while."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition(threading.Lock())
+        self._held: dict[_FileLock, None] = {}  # every lock held since it last looked
+        self._thread: threading.Thread | None = None
+        self._sleeping = True
+
+    def watch(self, lock: _FileLock) -> None:
+        with self._changed:
+            self._held[lock] = None
+            if self._sleeping:
+                self._sleeping = False
+                if self._thread is None or not self._thread.is_alive():
+                    self._thread = threading.Thread(target=self._run, name="broker-write-lock-lender", daemon=True)
+                    self._thread.start()
+                self._changed.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                while self._sleeping:
+                    self._changed.wait()
+            time.sleep(LEND_AFTER_S / 2)
+            with self._changed:  # a lock taken meanwhile is in ``_held``, or wakes it again
+                now, idle = time.monotonic(), True
+                for lock in self._held:
+                    since = lock.held_since
+                    if since is not None:
+                        idle = False
+                        if now - since >= LEND_AFTER_S:
+                            lock.lend(since)
+                if idle:
+                    self._held.clear()
+                    self._sleeping = True
+
+
+_lender = _Lender()
+
+
+# Lock files a process keeps open when idle (see ``_FileLock``), each with two descriptors.
+MAX_OPEN_LOCK_FILES = 16
+DESCRIPTORS_PER_LOCK_FILE = 2
 
 
 def _close_idle_lock_files() -> None:
@@ -347,26 +385,17 @@ def write_lock(database_path: str) -> WriteLock:
         found = _locks.get(database_path)
         if found is not None:
             return found
-        found = _locks[database_path] = WriteLock(database_path + "-lock")
+        found = _locks[database_path] = WriteLock(database_path)
     _close_idle_lock_files()
     return found
 
 
-def _let_go_of_kept_locks() -> None:
-    # At exit the waiter threads may no longer run: a lock kept for a next transaction
-    # that will not come would stay held until the process is gone.
-    with _locks_mutex:
-        locks = list(_locks.values())
-    for lock in locks:
-        lock.let_go_if_kept()
-
-
 def _forget_locks() -> None:
     # A forked child holds none of its parent's locks and has none of its threads.
-    global _locks_mutex
+    global _locks_mutex, _lender
     _locks.clear()
     _locks_mutex = threading.Lock()
+    _lender = _Lender()
 
 
 os.register_at_fork(after_in_child=_forget_locks)
-atexit.register(_let_go_of_kept_locks)

@@ -1,0 +1,204 @@
+"""Commits on SQLite made durable after the write lock goes (``broker.storage.durable_commits``):
+each ``commit()`` returns only after a flush of the WAL that covers it, one flush serves
+every commit made before it, a process killed while flushing blocks no one, and a
+transaction that holds the write lock long lends its place without losing its commit."""
+
+from __future__ import annotations
+
+import os
+import signal
+import struct
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support import lock_file_holder, wait_until
+
+import broker
+from broker.errors import BrokerError
+from broker.storage import durable_commits
+from broker.storage import write_lock as write_lock_module
+
+WORKERS = str(Path(__file__).with_name("write_lock_workers.py"))
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[broker.Broker]:
+    db = broker.connect(f"sqlite:///{tmp_path / 'durable.db'}")
+    with db.transaction() as tx:
+        tx.query("CREATE TABLE log (n INTEGER PRIMARY KEY AUTOINCREMENT, word TEXT NOT NULL)")
+    yield db
+    db.dispose()
+
+
+@pytest.fixture
+def flushes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every flush of a WAL, by path, in order (each still flushes)."""
+    seen: list[str] = []
+    flush = durable_commits._flush
+
+    def recorded(fd: int) -> None:
+        seen.append(os.readlink(f"/proc/self/fd/{fd}"))
+        flush(fd)
+
+    monkeypatch.setattr(durable_commits, "_flush", recorded)
+    return seen
+
+
+def _counts(db: broker.Broker) -> tuple[int, int]:
+    """(commit count, synced count) in the database's lock file."""
+    data = Path(f"{db.engine.url.database}-lock").read_bytes()[64:80]
+    return struct.unpack("=2Q", data)
+
+
+def _append(db: broker.Broker, word: str) -> None:
+    with db.transaction() as tx:
+        tx.query("INSERT INTO log (word) VALUES (:word)", word=word)
+
+
+def _words(db: broker.Broker) -> list[str]:
+    with db.snapshot() as tx:
+        return [row["word"] for row in tx.query("SELECT word FROM log ORDER BY n")]
+
+
+def _worker(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, WORKERS, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+
+
+def test_sqlite_leaves_the_flush_to_the_broker_only_where_there_is_a_lock_file(db: broker.Broker,
+                                                                              tmp_path: Path) -> None:
+    with db.snapshot() as tx:
+        assert tx.query("PRAGMA synchronous") == [{"synchronous": 1}]  # NORMAL: the broker flushes
+    # Where the lock file cannot be opened (here a folder stands in its place; a read-only
+    # folder does the same), processes meet at SQLite's lock and SQLite flushes each commit.
+    Path(f"{tmp_path / 'nolock.db'}-lock").mkdir()
+    without = broker.connect(f"sqlite:///{tmp_path / 'nolock.db'}")
+    try:
+        with without.snapshot() as tx:
+            assert tx.query("PRAGMA synchronous") == [{"synchronous": 2}]  # FULL
+        without.create_queue("StillWorks")
+    finally:
+        without.dispose()
+
+
+def test_a_commit_returns_after_a_flush_and_a_transaction_that_wrote_nothing_needs_none(
+        db: broker.Broker, flushes: list[str]) -> None:
+    db.create_queue("Empty")
+    wal = f"{db.engine.url.database}-wal"
+    flushes.clear()
+    _append(db, "one")
+    assert flushes == [wal]
+    commits, synced = _counts(db)
+    assert synced >= commits > 0
+    with db.transaction() as tx:  # verbs that wrote nothing
+        assert tx.receive("Empty", 1) == []
+    assert flushes == [wal]
+    with db.transaction() as tx:  # DDL moves no row count, but it is a change to keep
+        tx.query("CREATE TABLE other (x INTEGER)")
+    assert flushes == [wal, wal]
+
+
+def test_a_stale_synced_count_in_the_lock_file_vouches_for_nothing(tmp_path: Path, flushes: list[str]) -> None:
+    """A lock file left by an earlier boot (or torn by a power loss) may hold any counts:
+    the first process to open it starts them again at zero."""
+    path = tmp_path / "stale.db"
+    Path(f"{path}-lock").write_bytes(bytes(64) + struct.pack("=2Q", 0, 10**9))  # synced far ahead
+    db = broker.connect(f"sqlite:///{path}")
+    try:
+        flushes.clear()
+        db.create_queue("AfterTheReset")
+        assert flushes, "a commit returned without a flush"
+        commits, synced = _counts(db)
+        assert synced == commits < 10**9
+    finally:
+        db.dispose()
+
+
+def test_a_failed_flush_fails_the_commit_with_823(db: broker.Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(durable_commits, "_flush", failing)
+    with pytest.raises(BrokerError) as raised:
+        _append(db, "maybe")
+    assert raised.value.number == 823
+    monkeypatch.undo()
+    _append(db, "later")  # the lock and the file still work
+    assert _words(db)[-1] == "later"
+
+
+def test_one_flush_serves_the_commits_of_many_threads(db: broker.Broker, flushes: list[str]) -> None:
+    """Eight threads commit 50 transactions each: every commit returns covered by a flush
+    (the synced count reaches the commit count), and group commit needs fewer flushes than
+    commits."""
+    go = threading.Event()
+    failures: list[BaseException] = []
+
+    def work(number: int) -> None:
+        go.wait()
+        try:
+            for sequence in range(50):
+                _append(db, f"{number}-{sequence}")
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=work, args=(number,)) for number in range(8)]
+    for thread in threads:
+        thread.start()
+    go.set()
+    for thread in threads:
+        thread.join(120)
+    assert not failures
+    assert len(_words(db)) == 400
+    commits, synced = _counts(db)
+    assert synced == commits
+    assert 0 < len(flushes) < 400
+
+
+def test_a_process_killed_while_leading_a_flush_blocks_no_one(db: broker.Broker, tmp_path: Path) -> None:
+    ready = tmp_path / "flushing"
+    flusher = _worker("flush", f"{db.engine.url.database}-lock", str(ready))
+    wait_until(ready.exists, timeout=30)
+    done = threading.Event()
+
+    def commit() -> None:
+        _append(db, "after the kill")
+        done.set()
+
+    committer = threading.Thread(target=commit)
+    committer.start()
+    try:
+        assert not done.wait(0.5)  # its commit waits for the flush the other process leads
+        os.kill(flusher.pid, signal.SIGKILL)
+        flusher.communicate(timeout=60)
+        assert done.wait(30)
+    finally:
+        committer.join(30)
+    assert _words(db) == ["after the kill"]
+    commits, synced = _counts(db)
+    assert synced == commits
+
+
+def test_a_long_transaction_lends_its_place_and_keeps_its_commit(db: broker.Broker,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A transaction that holds the write lock past ``LEND_AFTER_S`` lets the process
+    waiting next take the file's lock: that one waits in SQLite's busy handler, not at
+    the door, and writes once the long transaction has committed, which is counted and
+    flushed as any other."""
+    monkeypatch.setattr(write_lock_module, "LEND_AFTER_S", 0.05)
+    path = db.engine.url.database or ""
+    with db.transaction() as tx:
+        tx.query("INSERT INTO log (word) VALUES ('long')")
+        waiter = _worker("append", db.engine.url.render_as_string(), "next")
+        # The waiter holds the file's lock (lent to it) while this transaction goes on.
+        wait_until(lambda: lock_file_holder(path, 1) == waiter.pid, timeout=30)
+        assert waiter.poll() is None
+    _out, err = waiter.communicate(timeout=60)
+    assert waiter.returncode == 0, err
+    assert _words(db) == ["long", "next"]
+    commits, synced = _counts(db)
+    assert synced >= commits >= 2

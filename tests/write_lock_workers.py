@@ -8,6 +8,9 @@ append URL WORD
 flush LOCK_FILE READY_FILE
     Takes the record lock of a process leading a flush (``durable_commits``), creates
     READY_FILE, and keeps it until killed.
+open LOCK_FILE READY_FILE
+    Has the lock file open, as a process that uses the database does, creates
+    READY_FILE, and waits until killed.
 """
 
 from __future__ import annotations
@@ -39,12 +42,21 @@ def append(url: str, word: str) -> None:
 
 def flush(lock_file: str, ready_file: str) -> None:
     fd = os.open(lock_file, os.O_RDWR)
-    durable_commits.Counts(fd)
+    counts = durable_commits.Counts(fd)  # kept: closing its mapping would drop the record locks
     fcntl.lockf(fd, fcntl.LOCK_EX, 1, durable_commits.SYNC)
     Path(ready_file).touch()
     threading.Event().wait()  # until SIGKILL
+    counts.close()
+
+
+def open_(lock_file: str, ready_file: str) -> None:
+    fd = os.open(lock_file, os.O_RDWR)
+    counts = durable_commits.Counts(fd)  # kept: closing its mapping would drop the record locks
+    Path(ready_file).touch()
+    threading.Event().wait()  # until SIGKILL
+    counts.close()
 
 
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
-    {"hold": hold, "append": append, "flush": flush}[command](*args)
+    {"hold": hold, "append": append, "flush": flush, "open": open_}[command](*args)

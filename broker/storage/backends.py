@@ -41,6 +41,7 @@ log = logging.getLogger("broker")
 # that "database is locked" never reaches a user under ordinary contention.
 SQLITE_BUSY_TIMEOUT_MS = 60_000
 _HELD = "broker_write_lock"  # the key, in a connection's info, of the write lock it holds
+_SYNCHRONOUS = "broker_synchronous"  # ... and of its ``PRAGMA synchronous`` setting
 
 
 def _give_back(info: dict[Any, Any], *, committed: bool = False,
@@ -87,10 +88,10 @@ class Backend:
             cursor = dbapi_connection.cursor()
             cursor.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
             cursor.execute("PRAGMA journal_mode = WAL")
-            # Commits under the fair write lock are flushed after it is let go, shared
-            # between processes (``durable_commits``); without a lock file, at each commit.
-            flushed = write_lock(self.database_key(engine)).flushes_commits
-            cursor.execute(f"PRAGMA synchronous = {'NORMAL' if flushed else 'FULL'}")
+            # SQLite flushes each commit (FULL) unless the broker flushes it after the
+            # write lock goes (NORMAL: ``begin_on_driver``).
+            cursor.execute("PRAGMA synchronous = FULL")
+            _record.info[_SYNCHRONOUS] = "FULL"
             cursor.execute("PRAGMA foreign_keys = ON")
             cursor.close()
 
@@ -126,7 +127,7 @@ class Backend:
         def _on_invalidate(_dbapi: Any, record: Any, _error: Any) -> None:
             _give_back(record.info)
 
-    def begin_on_driver(self, conn: Connection) -> bool:
+    def begin_on_driver(self, conn: Connection, *, company: bool = False) -> bool:
         """Begin ``conn``'s transaction on the driver, without SQLAlchemy's bookkeeping;
         False where the backend leaves beginning to SQLAlchemy.
 
@@ -137,11 +138,20 @@ class Backend:
         SQLAlchemy's own begin and commit cost about as much as a one-message SEND's
         statements; a SQLAlchemy statement run later in the transaction joins it
         (``_on_begin``) and SQLAlchemy then ends it.
+
+        Its commit is flushed by SQLite (``synchronous = FULL``) when no one else is
+        about to write, else after the lock goes (``WriteLock.sqlite_flushes``);
+        ``company``: other threads of this process wait to write (group commit).
         """
-        left = self.take_write_lock(conn.engine, conn.info)
+        info = conn.info
+        left = self.take_write_lock(conn.engine, info)
         driver = conn.connection.dbapi_connection
         assert driver is not None  # a checked-out connection always has one
         try:
+            synchronous = "FULL" if info[_HELD].sqlite_flushes(company=company) else "NORMAL"
+            if info.get(_SYNCHRONOUS) != synchronous:  # set before BEGIN: inside, it would not count
+                driver.execute(f"PRAGMA synchronous = {synchronous}")
+                info[_SYNCHRONOUS] = synchronous
             # A holder that lent its place (``write_lock``) may still hold SQLite's lock:
             # its busy handler then waits, for what is left of the timeout.
             lent = left < self.busy_timeout_s - LEND_AFTER_S

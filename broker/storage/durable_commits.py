@@ -87,12 +87,23 @@ class Counts:
     def synced(self) -> int:
         return self._read(_SYNCED)
 
+    def cover(self, number: int) -> None:
+        """Commit ``number`` was flushed as it was made (by SQLite, with every commit
+        before it): raise the synced count to it. Without ``SYNC``, so a leader may
+        overwrite it with a lower count meanwhile: that costs a flush more, never a
+        commit's durability."""
+        if self._read(_SYNCED) < number:
+            _COUNT.pack_into(self._map, _SYNCED, number)
+
     def committed(self) -> int:
         return self._read(_COMMITS)
 
     def set_synced(self, number: int) -> None:
-        """Call while leading a flush (holding ``SYNC``)."""
-        _COUNT.pack_into(self._map, _SYNCED, number)
+        """Call while leading a flush (holding ``SYNC``): commits up to ``number`` are on
+        disk. The count never goes down here; a commit ``cover`` raises meanwhile may be
+        overwritten, which costs a flush more, never a commit's durability."""
+        if self._read(_SYNCED) < number:
+            _COUNT.pack_into(self._map, _SYNCED, number)
 
     def close(self) -> None:
         self._map.close()
@@ -158,3 +169,13 @@ def blocking_lock(fd: int, offset: int) -> None:
             if exc.errno != errno.EDEADLK:
                 raise
             time.sleep(0.0001)
+
+
+def others_open(fd: int) -> bool:
+    """Whether another process has the lock file open (holds its share of ``_OPEN``)."""
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, _OPEN)
+    except OSError:
+        return True
+    fcntl.lockf(fd, fcntl.LOCK_SH, 1, _OPEN)  # an atomic downgrade
+    return False

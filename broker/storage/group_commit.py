@@ -135,7 +135,9 @@ class WriteGroup:
         try:
             conn = self._connection()
             if self._physical is None:
-                self._backend.begin_on_driver(conn)  # the database's write lock, then BEGIN IMMEDIATE
+                # The database's write lock, then BEGIN IMMEDIATE; with threads waiting to
+                # join, the commit is flushed after the lock goes (``durable_commits``).
+                self._backend.begin_on_driver(conn, company=self._turn.waiting > 0)
                 self._physical = _Physical(time.monotonic(), self._backend.changes(conn))
                 return Member(conn, True, self._physical)
             _driver(conn).execute(f"SAVEPOINT {_SAVEPOINT}")

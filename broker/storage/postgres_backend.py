@@ -139,7 +139,7 @@ class PostgresBackend(Backend):
         begun: int | None = conn.info.pop(_BEGUN, None)
         return begun
 
-    def begin_on_driver(self, conn: Connection) -> bool:
+    def begin_on_driver(self, conn: Connection, *, company: bool = False) -> bool:
         """PostgreSQL: ``BEGIN`` and the reads every transaction starts with (the catalog
         version, the earliest timer or lifetime due) in one simple query, one round trip
         (psycopg would send BEGIN on its own and wait for it). psycopg then sees the

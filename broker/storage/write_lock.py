@@ -141,13 +141,6 @@ class WriteLock:
                 raise
         return deadline - time.monotonic()
 
-    @property
-    def flushes_commits(self) -> bool:
-        """Whether commits under this lock are made durable by :meth:`wait_durable` (so
-        SQLite need not flush at each commit: ``durable_commits``); False without a lock
-        file."""
-        return self._file is not None
-
     def release(self, *, committed: bool = False) -> int | None:
         """Let the lock go: the next thread here, or another process. For a transaction
         that ``committed`` a change, the number to give :meth:`wait_durable`."""
@@ -160,6 +153,20 @@ class WriteLock:
         """Return once commit ``number`` (from :meth:`release`) is on disk."""
         assert self._file is not None  # release gives a number only with a lock file
         self._file.wait_durable(number)
+
+    def sqlite_flushes(self, *, company: bool) -> bool:
+        """Holding the lock: whether SQLite should flush this transaction's commit itself
+        (``synchronous = FULL``) rather than leave it to :meth:`wait_durable`.
+
+        Flushing after the lock goes lets other writers work during the flush and share
+        it; that is worth its cost (about 40 us a transaction: a flush of its own, its
+        count and its record locks) only with other writers about. So SQLite flushes when
+        no other process has the database open and no other thread of this process is
+        about to write (``company``); then :meth:`release` needs no wait. Without a lock
+        file it always does."""
+        if self._file is None:
+            return True
+        return self._file.choose_flush(company)
 
     @property
     def file(self) -> _FileLock | None:
@@ -191,6 +198,7 @@ class _FileLock:
         self._users = 0  # transactions of this process asking for, holding or flushing under it
         self.held_since: float | None = None  # when the lock was taken, while this process holds it
         self._lent = False  # the lender let it go while the transaction goes on
+        self._sqlite_flushes = False  # the holder's commit is flushed by SQLite itself
 
     def acquire(self) -> None:
         """Queue at the door, then at the lock (blocking: a holder lends its place within
@@ -209,20 +217,26 @@ class _FileLock:
             self._done()
             raise
         with self._mutex:
-            self._lent = False
+            self._lent = self._sqlite_flushes = False
             self.held_since = time.monotonic()
         _lender.watch(self)
 
+    def choose_flush(self, company: bool) -> bool:
+        """Holding the lock: whether SQLite flushes the commit (``WriteLock.sqlite_flushes``)."""
+        self._sqlite_flushes = not company and not durable_commits.others_open(self._descriptor)
+        return self._sqlite_flushes
+
     def release(self, *, committed: bool) -> int | None:
         """Let the lock go; for a transaction that ``committed`` a change, first take the
-        number of its commit (the file stays open until :meth:`wait_durable`). Counting
-        needs the lock: a transaction whose place was lent takes it again to count."""
+        number of its commit: the number to wait for (the file stays open until
+        :meth:`wait_durable`), or None if SQLite flushed it already. Counting needs the
+        lock: a transaction whose place was lent takes it again to count."""
         number = None
         with self._mutex:
             lent, self._lent, self.held_since = self._lent, False, None
             try:
                 if committed and not lent:
-                    number = self._shared_counts.count_commit()
+                    number = self._count()
             finally:
                 if not lent:
                     self._unlock(_LOCK)
@@ -230,13 +244,20 @@ class _FileLock:
             if committed and lent:
                 self._take()
                 try:
-                    number = self._shared_counts.count_commit()
+                    number = self._count()
                 finally:
                     self._unlock(_LOCK)
         finally:
             if number is None:
                 self._done()
         return number
+
+    def _count(self) -> int | None:
+        number = self._shared_counts.count_commit()
+        if not self._sqlite_flushes:
+            return number
+        self._shared_counts.cover(number)
+        return None
 
     def lend(self, held_since: float) -> None:
         """Let the record lock go if it is still held since ``held_since`` (the lender's

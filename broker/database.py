@@ -112,6 +112,11 @@ class Broker:
                     connection: Connection | None = None) -> Iterator[Transaction]:
         """A broker transaction: commit on exit, rollback on an exception.
 
+        On SQLite it holds the database's write lock from its first verb to its end (a
+        fair lock: writers of every thread and process take turns), and its commit
+        returns once the commit is on disk: with other writers about, flushed after the
+        lock is let go, one flush shared by the commits made meanwhile.
+
         With ``session`` (or ``connection``) the verbs join the caller's transaction and
         the caller commits or rolls back: application rows and messages then succeed or
         fail together. Use ``db.Session()`` so that, on SQLite, the session's

@@ -23,7 +23,14 @@ from broker.conversations.messages import Message
 from broker.errors import BrokerError, QueueDisabledError
 from broker.storage.catalog import QueueInfo
 from broker.storage.context import TxContext
-from broker.storage.queue_tables import QueueRow, QueueStatements, queue_statements, queue_table, serve_order_of
+from broker.storage.queue_tables import (
+    QueueRow,
+    QueueStatements,
+    queue_statements,
+    queue_table,
+    serve_order_of,
+    take_rows,
+)
 
 # What the status column shows in RECEIVE's result: 0, "received", as SQL Server's
 # documentation says (the stored row is deleted, or set to 0 under RETENTION).
@@ -71,7 +78,7 @@ def receive(
         rows = _group_rows(ctx, queue, statements, first[0].conversation_group_id, first, top)
     if not rows:
         return []
-    _consume(ctx, statements, queue, [r.queuing_order for r in rows])
+    take_rows(ctx.conn, statements, [r.queuing_order for r in rows], retention=queue.retention)
     ctx.received_queues.add(queue.id)
     if queue.rollback_count or not ctx.state.backend.snapshot_stays_current:
         poison.reset_count(ctx, queue.id)  # undone with this transaction if it rolls back
@@ -166,14 +173,6 @@ def _conversation_rows(
     else:
         raw = statements.conversation_rows.all(ctx.conn, p_handle=handle, p_top=top)
     return [QueueRow._make(row) for row in raw]
-
-
-def _consume(ctx: TxContext, statements: QueueStatements, queue: QueueInfo, orders: list[int]) -> None:
-    statement = statements.mark_received if queue.retention else statements.delete_row
-    if len(orders) == 1:
-        statement.run(ctx.conn, p_order=orders[0])
-    else:
-        statement.run_many(ctx.conn, [{"p_order": order} for order in orders])
 
 
 def message_from_row(ctx: TxContext, row: QueueRow | Row[Any], status: int) -> Message:

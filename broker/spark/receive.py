@@ -7,7 +7,7 @@ from sqlalchemy import and_, select
 from broker.conversations import poison, receiving
 from broker.spark.reading import READY
 from broker.storage.context import TxContext
-from broker.storage.queue_tables import queue_statements, queue_table
+from broker.storage.queue_tables import queue_statements, queue_table, take_rows
 
 
 def receive_through(ctx: TxContext, queue_name: str, end: int) -> int:
@@ -30,9 +30,7 @@ def receive_through(ctx: TxContext, queue_name: str, end: int) -> int:
     orders = ctx.conn.execute(select(table.c.queuing_order).where(ready)).scalars().all()
     if not orders:
         return 0
-    statements = queue_statements(queue.table_name)
-    consume = statements.mark_received if queue.retention else statements.delete_row
-    consume.run_many(ctx.conn, [{"p_order": order} for order in orders])
+    take_rows(ctx.conn, queue_statements(queue.table_name), list(orders), retention=queue.retention)
     ctx.received_queues.add(queue.id)
     if queue.rollback_count:
         poison.reset_count(ctx, queue.id)

@@ -26,6 +26,7 @@ from sqlalchemy import (
     SmallInteger,
     String,
     Table,
+    any_,
     bindparam,
     delete,
     insert,
@@ -34,6 +35,7 @@ from sqlalchemy import (
     true,
     update,
 )
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import Select
 
@@ -159,6 +161,9 @@ class QueueStatements:
     all_next_conversation_rows: Prepared
     delete_row: Prepared
     mark_received: Prepared  # RETENTION: status 0 instead of deleting
+    # PostgreSQL: the same for many rows in one statement (``= ANY(array)``).
+    delete_rows: Prepared
+    mark_rows_received: Prepared
 
 
 _groups = cast(Table, ConversationGroup.__table__)
@@ -257,7 +262,33 @@ def queue_statements(table_name: str) -> QueueStatements:
         mark_received=Prepared(
             update(t).where(t.c.queuing_order == bindparam("p_order")).values(status=0), held_back_on="postgresql"
         ),
+        delete_rows=Prepared(delete(t).where(t.c.queuing_order == any_(_orders())), held_back_on="postgresql"),
+        mark_rows_received=Prepared(
+            update(t).where(t.c.queuing_order == any_(_orders())).values(status=0), held_back_on="postgresql"
+        ),
     )
+
+
+def _orders() -> Any:
+    return bindparam("p_orders", type_=postgresql.ARRAY(BigInteger))
+
+
+def take_rows(conn: Connection, statements: QueueStatements, orders: list[int], *, retention: bool) -> None:
+    """RECEIVE's write: delete the rows ``orders`` (with RETENTION, mark them received),
+    held back on PostgreSQL until the transaction's next statement or its commit.
+
+    PostgreSQL takes many rows in one statement (``= ANY(array)``): a statement per row,
+    even sent as one, cost the server about 40 % more for RECEIVE TOP(10). SQLite runs
+    one prepared statement per row.
+    """
+    if len(orders) > 1 and conn.dialect.name == "postgresql":
+        (statements.mark_rows_received if retention else statements.delete_rows).run(conn, p_orders=orders)
+        return
+    statement = statements.mark_received if retention else statements.delete_row
+    if len(orders) == 1:
+        statement.run(conn, p_order=orders[0])
+    else:
+        statement.run_many(conn, [{"p_order": order} for order in orders])
 
 
 def create_queue_storage(conn: Connection, view_name: str, table_name: str) -> None:

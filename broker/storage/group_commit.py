@@ -118,6 +118,7 @@ class WriteGroup:
         self._turn = Turn()
         self._conn: Connection | None = None
         self._physical: _Physical | None = None
+        self._awaiting = 0  # members waiting for their physical commit to be durable
         # The database's write lock, whose queue tells of writers outside the group.
         self._write_lock = write_lock(backend.database_key(engine))
 
@@ -135,9 +136,11 @@ class WriteGroup:
         try:
             conn = self._connection()
             if self._physical is None:
-                # The database's write lock, then BEGIN IMMEDIATE; with threads waiting to
-                # join, the commit is flushed after the lock goes (``durable_commits``).
-                self._backend.begin_on_driver(conn, company=self._turn.waiting > 0)
+                # The database's write lock, then BEGIN IMMEDIATE. With other threads at
+                # work here (waiting for their turn, or for an earlier commit's flush) the
+                # commit is flushed after the lock goes, while the next one runs
+                # (``durable_commits``).
+                self._backend.begin_on_driver(conn, company=self._turn.waiting > 0 or self._awaiting > 0)
                 self._physical = _Physical(time.monotonic(), self._backend.changes(conn))
                 return Member(conn, True, self._physical)
             _driver(conn).execute(f"SAVEPOINT {_SAVEPOINT}")
@@ -163,8 +166,11 @@ class WriteGroup:
         else:
             with self._mutex:
                 done = physical.done = physical.done or threading.Event()
+                self._awaiting += 1
             self._turn.release()
             done.wait()
+            with self._mutex:
+                self._awaiting -= 1
         if physical.error is not None:
             raise _reported(physical.error)
 

@@ -199,6 +199,8 @@ class _FileLock:
         self.held_since: float | None = None  # when the lock was taken, while this process holds it
         self._lent = False  # the lender let it go while the transaction goes on
         self._sqlite_flushes = False  # the holder's commit is flushed by SQLite itself
+        self._others = True  # other processes had the file open when last looked (``choose_flush``)
+        self._others_known_until = 0.0
 
     def acquire(self) -> None:
         """Queue at the door, then at the lock (blocking: a holder lends its place within
@@ -222,8 +224,16 @@ class _FileLock:
         _lender.watch(self)
 
     def choose_flush(self, company: bool) -> bool:
-        """Holding the lock: whether SQLite flushes the commit (``WriteLock.sqlite_flushes``)."""
-        self._sqlite_flushes = not company and not durable_commits.others_open(self._descriptor)
+        """Holding the lock: whether SQLite flushes the commit (``WriteLock.sqlite_flushes``).
+
+        Whether other processes have the file open is looked at again at most every
+        ``LOOK_FOR_OTHERS_S``: a wrong guess either way costs speed, never durability
+        (SQLite's flush covers the commit, and a flush after the lock does too)."""
+        now = time.monotonic()
+        if now >= self._others_known_until:
+            self._others = durable_commits.others_open(self._descriptor)
+            self._others_known_until = now + LOOK_FOR_OTHERS_S
+        self._sqlite_flushes = not company and not self._others
         return self._sqlite_flushes
 
     def release(self, *, committed: bool) -> int | None:
@@ -325,6 +335,8 @@ class _FileLock:
         fcntl.lockf(self._descriptor, fcntl.LOCK_UN, 1, offset)
 
 
+# How long a look at whether other processes have a lock file open holds good.
+LOOK_FOR_OTHERS_S = 0.05
 # A process keeps the file's record lock at most this long (see the module doc):
 # transactions are far shorter, bar a WAITFOR that holds its locks and long application
 # work.
@@ -333,8 +345,13 @@ LEND_AFTER_S = 0.05
 
 class _Lender:
     """The thread of this process that lends the place of transactions holding a file's
-    lock longer than ``LEND_AFTER_S``. It looks every ``LEND_AFTER_S`` while a lock is
-    held, and sleeps when none has been for a while."""
+    lock longer than ``LEND_AFTER_S``. It looks every ``LEND_AFTER_S / 2`` while locks are
+    taken, and sleeps once it finds none held.
+
+    ``watch`` costs a transaction nothing while the lender is awake and knows the lock:
+    the lender, before it sleeps, looks once more after saying so, and a lock is marked
+    held before it is watched, so either the lender sees it held or ``watch`` sees the
+    lender asleep and wakes it."""
 
     def __init__(self) -> None:
         self._changed = threading.Condition(threading.Lock())
@@ -343,6 +360,8 @@ class _Lender:
         self._sleeping = True
 
     def watch(self, lock: _FileLock) -> None:
+        if not self._sleeping and lock in self._held:
+            return
         with self._changed:
             self._held[lock] = None
             if self._sleeping:
@@ -359,16 +378,20 @@ class _Lender:
                     self._changed.wait()
             time.sleep(LEND_AFTER_S / 2)
             with self._changed:  # a lock taken meanwhile is in ``_held``, or wakes it again
-                now, idle = time.monotonic(), True
+                now = time.monotonic()
                 for lock in self._held:
                     since = lock.held_since
-                    if since is not None:
-                        idle = False
-                        if now - since >= LEND_AFTER_S:
-                            lock.lend(since)
-                if idle:
-                    self._held.clear()
+                    if since is not None and now - since >= LEND_AFTER_S:
+                        lock.lend(since)
+                if not self._any_held():
                     self._sleeping = True
+                    if self._any_held():  # taken while it decided (see the class doc)
+                        self._sleeping = False
+                    else:
+                        self._held.clear()
+
+    def _any_held(self) -> bool:
+        return any(lock.held_since is not None for lock in self._held)
 
 
 _lender = _Lender()

@@ -69,9 +69,9 @@ def _consumer(url: str, count: int, ready: Any, go: Any, results: Any) -> None:
     waits: list[tuple[float, float]] = []  # (when it ended, seconds waited)
     take = backends.Backend.take_write_lock
 
-    def timed(self: backends.Backend, engine: Any, info: dict[Any, Any]) -> float:
+    def timed(self: backends.Backend, engine: Any, info: dict[Any, Any], **options: Any) -> float:
         began = time.perf_counter()
-        left = take(self, engine, info)
+        left = take(self, engine, info, **options)
         waits.append((time.time(), time.perf_counter() - began))
         return left
 

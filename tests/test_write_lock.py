@@ -34,6 +34,21 @@ def url(tmp_path: Path) -> Iterator[str]:
     yield url
 
 
+@pytest.fixture
+def about(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Another process has the database open, and this one looks for it at every
+    transaction: its transactions take the record locks (alone, a process takes none)."""
+    monkeypatch.setattr(write_lock_module, "LOOK_FOR_OTHERS_S", 0.0)
+    ready = tmp_path / "open"
+    other = _worker("open", url.removeprefix("sqlite:///") + "-lock", str(ready))
+    try:
+        wait_until(ready.exists, timeout=30)
+        yield
+    finally:
+        other.kill()
+        other.communicate(timeout=60)
+
+
 def _worker(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, WORKERS, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
@@ -63,7 +78,7 @@ def _waits(db_path: str, process: subprocess.Popen[str]) -> bool:
 
 
 def test_a_process_waiting_at_the_door_writes_before_the_holder_writes_again(
-        url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        url: str, about: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """The holder lets the lock go and asks again at once: the waiting process goes first
     (SQLite's busy handler would let the holder take it straight back). The holder keeps
     its place while the other process starts (it lends it only after ``LEND_AFTER_S``,
@@ -105,7 +120,8 @@ def test_a_process_killed_holding_the_lock_loses_its_transaction_and_blocks_no_o
         db.dispose()
 
 
-def test_a_process_killed_while_waiting_at_the_door_blocks_no_one(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_process_killed_while_waiting_at_the_door_blocks_no_one(url: str, about: None,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(write_lock_module, "LEND_AFTER_S", 120.0)  # the holder keeps its place
     db = broker.connect(url)
     path = db.engine.url.database or ""
@@ -193,3 +209,21 @@ def test_a_process_keeps_few_lock_files_open_however_many_databases_it_opens(tmp
         assert _words(first) == ["from another process"]
     finally:
         first.dispose()
+
+
+def test_a_process_alone_takes_no_record_lock_and_one_that_comes_meets_sqlites_lock(url: str) -> None:
+    """With no other process about, a transaction runs solo (no record lock: there is no
+    one to queue with). A process that comes meanwhile finds the record locks free, waits
+    at SQLite's own lock, and writes once the solo transaction has committed."""
+    db = broker.connect(url)
+    path = db.engine.url.database or ""
+    try:
+        with db.transaction() as tx:
+            tx.query("INSERT INTO log (word) VALUES ('solo')")
+            comer = _worker("append", url, "after")
+            wait_until(lambda: lock_file_holder(path, 1) == comer.pid, timeout=30)
+            assert comer.poll() is None  # it waits for SQLite's lock, which this transaction holds
+        assert _finish(comer) == 0
+        assert _words(db) == ["solo", "after"]
+    finally:
+        db.dispose()

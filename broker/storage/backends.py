@@ -144,11 +144,11 @@ class Backend:
         ``company``: other threads of this process wait to write (group commit).
         """
         info = conn.info
-        left = self.take_write_lock(conn.engine, info)
+        left = self.take_write_lock(conn.engine, info, company=company)
         driver = conn.connection.dbapi_connection
         assert driver is not None  # a checked-out connection always has one
         try:
-            synchronous = "FULL" if info[_HELD].sqlite_flushes(company=company) else "NORMAL"
+            synchronous = "FULL" if info[_HELD].sqlite_flushes else "NORMAL"
             if info.get(_SYNCHRONOUS) != synchronous:  # set before BEGIN: inside, it would not count
                 driver.execute(f"PRAGMA synchronous = {synchronous}")
                 info[_SYNCHRONOUS] = synchronous
@@ -191,12 +191,12 @@ class Backend:
             finally:
                 conn.rollback()
 
-    def take_write_lock(self, engine: Engine, info: dict[Any, Any]) -> float:
+    def take_write_lock(self, engine: Engine, info: dict[Any, Any], *, company: bool = False) -> float:
         """Take ``engine``'s database write lock for the connection whose ``info`` is given
         (:meth:`ended` gives it back): the seconds left of the busy timeout; error 1222
         past it."""
         lock = write_lock(self.database_key(engine))
-        left = lock.acquire(self.busy_timeout_s)
+        left = lock.acquire(self.busy_timeout_s, company=company)
         if left is None:
             raise self._no_write_lock()
         info[_HELD] = lock

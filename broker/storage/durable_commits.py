@@ -87,21 +87,12 @@ class Counts:
     def synced(self) -> int:
         return self._read(_SYNCED)
 
-    def cover(self, number: int) -> None:
-        """Commit ``number`` was flushed as it was made (by SQLite, with every commit
-        before it): raise the synced count to it. Without ``SYNC``, so a leader may
-        overwrite it with a lower count meanwhile: that costs a flush more, never a
-        commit's durability."""
-        if self._read(_SYNCED) < number:
-            _COUNT.pack_into(self._map, _SYNCED, number)
-
     def committed(self) -> int:
         return self._read(_COMMITS)
 
     def set_synced(self, number: int) -> None:
         """Call while leading a flush (holding ``SYNC``): commits up to ``number`` are on
-        disk. The count never goes down here; a commit ``cover`` raises meanwhile may be
-        overwritten, which costs a flush more, never a commit's durability."""
+        disk. The count never goes down."""
         if self._read(_SYNCED) < number:
             _COUNT.pack_into(self._map, _SYNCED, number)
 

@@ -126,20 +126,34 @@ class WriteLock:
     def locked(self) -> bool:
         return self._turn.locked()
 
-    def acquire(self, timeout: float) -> float | None:
+    def acquire(self, timeout: float, *, company: bool = False) -> float | None:
         """Take the lock: the seconds left of ``timeout`` once taken, for SQLite's own
         wait (the holder may have lent its place: see the module doc); None when the
-        threads of this process ahead kept it for all of ``timeout``."""
+        threads of this process ahead kept it for all of ``timeout``. ``company``: other
+        threads of this process are at work on the database (see :attr:`sqlite_flushes`)."""
         deadline = time.monotonic() + timeout
         if not self._turn.acquire(timeout):
             return None
         if self._file is not None:
             try:
-                self._file.acquire()
+                self._file.acquire(company)
             except BaseException:
                 self._turn.release()
                 raise
         return deadline - time.monotonic()
+
+    @property
+    def sqlite_flushes(self) -> bool:
+        """Holding the lock: whether SQLite should flush this transaction's commit itself
+        (``synchronous = FULL``) rather than leave it to :meth:`wait_durable`.
+
+        Flushing after the lock goes lets other writers work during the flush and share
+        it; that is worth its cost (a flush call of its own, its count, the record locks)
+        only with other writers about. So when no other process has the database open and
+        no other thread of this process is at work on it, the transaction runs *solo*: it
+        takes no record lock (there is no one to queue with), SQLite flushes its commit,
+        and :meth:`release` needs no wait. Without a lock file SQLite always flushes."""
+        return self._file is None or self._file.solo
 
     def release(self, *, committed: bool = False) -> int | None:
         """Let the lock go: the next thread here, or another process. For a transaction
@@ -153,20 +167,6 @@ class WriteLock:
         """Return once commit ``number`` (from :meth:`release`) is on disk."""
         assert self._file is not None  # release gives a number only with a lock file
         self._file.wait_durable(number)
-
-    def sqlite_flushes(self, *, company: bool) -> bool:
-        """Holding the lock: whether SQLite should flush this transaction's commit itself
-        (``synchronous = FULL``) rather than leave it to :meth:`wait_durable`.
-
-        Flushing after the lock goes lets other writers work during the flush and share
-        it; that is worth its cost (about 40 us a transaction: a flush of its own, its
-        count and its record locks) only with other writers about. So SQLite flushes when
-        no other process has the database open and no other thread of this process is
-        about to write (``company``); then :meth:`release` needs no wait. Without a lock
-        file it always does."""
-        if self._file is None:
-            return True
-        return self._file.choose_flush(company)
 
     @property
     def file(self) -> _FileLock | None:
@@ -198,49 +198,51 @@ class _FileLock:
         self._users = 0  # transactions of this process asking for, holding or flushing under it
         self.held_since: float | None = None  # when the lock was taken, while this process holds it
         self._lent = False  # the lender let it go while the transaction goes on
-        self._sqlite_flushes = False  # the holder's commit is flushed by SQLite itself
+        self.solo = False  # the holder took no record lock, and SQLite flushes its commit
         self._others = True  # other processes had the file open when last looked (``choose_flush``)
         self._others_known_until = 0.0
 
-    def acquire(self) -> None:
+    def acquire(self, company: bool) -> None:
         """Queue at the door, then at the lock (blocking: a holder lends its place within
-        ``LEND_AFTER_S``)."""
+        ``LEND_AFTER_S``); or, with no other process about and no ``company``, go solo.
+
+        Whether other processes have the file open is looked at again at most every
+        ``LOOK_FOR_OTHERS_S``. A wrong guess costs fairness for that long, never data or
+        durability: a process that comes meanwhile finds the record locks free and meets
+        SQLite's lock instead, and a solo commit is flushed by SQLite as it is made."""
         with self._mutex:
             reopened = self._fd is None
             if reopened:
                 self._open()
             self._users += 1
-            self._last_used = time.monotonic()
+            self._last_used = now = time.monotonic()
         if reopened:
             _close_idle_lock_files()
         try:
+            if now >= self._others_known_until:
+                self._others = durable_commits.others_open(self._descriptor)
+                self._others_known_until = now + LOOK_FOR_OTHERS_S
+            if not company and not self._others:
+                self.solo = True
+                return
             self._take()
         except BaseException:
             self._done()
             raise
         with self._mutex:
-            self._lent = self._sqlite_flushes = False
+            self._lent = False
             self.held_since = time.monotonic()
         _lender.watch(self)
-
-    def choose_flush(self, company: bool) -> bool:
-        """Holding the lock: whether SQLite flushes the commit (``WriteLock.sqlite_flushes``).
-
-        Whether other processes have the file open is looked at again at most every
-        ``LOOK_FOR_OTHERS_S``: a wrong guess either way costs speed, never durability
-        (SQLite's flush covers the commit, and a flush after the lock does too)."""
-        now = time.monotonic()
-        if now >= self._others_known_until:
-            self._others = durable_commits.others_open(self._descriptor)
-            self._others_known_until = now + LOOK_FOR_OTHERS_S
-        self._sqlite_flushes = not company and not self._others
-        return self._sqlite_flushes
 
     def release(self, *, committed: bool) -> int | None:
         """Let the lock go; for a transaction that ``committed`` a change, first take the
         number of its commit: the number to wait for (the file stays open until
         :meth:`wait_durable`), or None if SQLite flushed it already. Counting needs the
         lock: a transaction whose place was lent takes it again to count."""
+        if self.solo:  # nothing taken, nothing to count: SQLite flushed the commit
+            self.solo = False
+            self._done()
+            return None
         number = None
         with self._mutex:
             lent, self._lent, self.held_since = self._lent, False, None
@@ -262,12 +264,8 @@ class _FileLock:
                 self._done()
         return number
 
-    def _count(self) -> int | None:
-        number = self._shared_counts.count_commit()
-        if not self._sqlite_flushes:
-            return number
-        self._shared_counts.cover(number)
-        return None
+    def _count(self) -> int:
+        return self._shared_counts.count_commit()
 
     def lend(self, held_since: float) -> None:
         """Let the record lock go if it is still held since ``held_since`` (the lender's

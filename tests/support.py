@@ -5,9 +5,13 @@ from __future__ import annotations
 import fcntl
 import os
 import struct
+import subprocess
+import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -104,3 +108,27 @@ def lock_file_holder(db_path: str, offset: int) -> int | None:
     query = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, offset, 1, 0)
     l_type, _whence, _start, _len, pid = struct.unpack(_FLOCK, fcntl.fcntl(fd, fcntl.F_GETLK, query))
     return None if l_type == fcntl.F_UNLCK else int(pid)
+
+
+LOCK_WORKERS = str(Path(__file__).with_name("write_lock_workers.py"))
+
+
+def lock_worker(*args: str) -> subprocess.Popen[str]:
+    """A process running ``write_lock_workers.py`` with ``args`` (read its pipes to the end)."""
+    return subprocess.Popen([sys.executable, LOCK_WORKERS, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+
+
+@contextmanager
+def another_process_about(db_path: str, folder: Path) -> Iterator[None]:
+    """While the block runs, another process has the SQLite database at ``db_path`` open,
+    as every process using it has (it holds its share of the lock file): this process's
+    transactions then queue at the record locks and leave the flush to the broker."""
+    ready = folder / f"open-{uuid.uuid4().hex}"
+    other = lock_worker("open", f"{db_path}-lock", str(ready))
+    try:
+        wait_until(ready.exists, timeout=30)
+        yield
+    finally:
+        other.kill()
+        other.communicate(timeout=60)

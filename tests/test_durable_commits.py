@@ -8,21 +8,17 @@ from __future__ import annotations
 import os
 import signal
 import struct
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import lock_file_holder, wait_until
+from support import another_process_about, lock_file_holder, lock_worker, wait_until
 
 import broker
 from broker.errors import BrokerError
 from broker.storage import durable_commits
 from broker.storage import write_lock as write_lock_module
-
-WORKERS = str(Path(__file__).with_name("write_lock_workers.py"))
 
 
 @pytest.fixture
@@ -64,23 +60,12 @@ def _words(db: broker.Broker) -> list[str]:
         return [row["word"] for row in tx.query("SELECT word FROM log ORDER BY n")]
 
 
-def _worker(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, WORKERS, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-
-
 @pytest.fixture
 def company(db: broker.Broker, tmp_path: Path) -> Iterator[None]:
-    """Another process with the database open (as any process that uses it has): commits
-    are then flushed by the broker after the write lock goes."""
-    ready = tmp_path / "open"
-    other = _worker("open", f"{db.engine.url.database}-lock", str(ready))
-    try:
-        wait_until(ready.exists, timeout=30)
+    """Another process with the database open: commits are then flushed by the broker
+    after the write lock goes."""
+    with another_process_about(db.engine.url.database or "", tmp_path):
         yield
-    finally:
-        other.kill()
-        other.communicate(timeout=60)
 
 
 def _synchronous(db: broker.Broker) -> int:
@@ -143,18 +128,14 @@ def test_a_stale_synced_count_in_the_lock_file_vouches_for_nothing(tmp_path: Pat
     path = tmp_path / "stale.db"
     Path(f"{path}-lock").write_bytes(bytes(64) + struct.pack("=2Q", 0, 10**9))  # synced far ahead
     db = broker.connect(f"sqlite:///{path}")
-    ready = tmp_path / "open"
-    other = _worker("open", f"{path}-lock", str(ready))
     try:
-        wait_until(ready.exists, timeout=30)
-        flushes.clear()
-        db.create_queue("AfterTheReset")
-        assert flushes, "a commit returned without a flush"
-        commits, synced = _counts(db)
-        assert synced == commits < 10**9
+        with another_process_about(str(path), tmp_path):
+            flushes.clear()
+            db.create_queue("AfterTheReset")
+            assert flushes, "a commit returned without a flush"
+            commits, synced = _counts(db)
+            assert synced == commits < 10**9
     finally:
-        other.kill()
-        other.communicate(timeout=60)
         db.dispose()
 
 
@@ -203,7 +184,7 @@ def test_one_flush_serves_the_commits_of_many_threads(db: broker.Broker, flushes
 
 def test_a_process_killed_while_leading_a_flush_blocks_no_one(db: broker.Broker, tmp_path: Path) -> None:
     ready = tmp_path / "flushing"
-    flusher = _worker("flush", f"{db.engine.url.database}-lock", str(ready))
+    flusher = lock_worker("flush", f"{db.engine.url.database}-lock", str(ready))
     wait_until(ready.exists, timeout=30)
     done = threading.Event()
 
@@ -235,7 +216,7 @@ def test_a_long_transaction_lends_its_place_and_keeps_its_commit(db: broker.Brok
     path = db.engine.url.database or ""
     with db.transaction() as tx:
         tx.query("INSERT INTO log (word) VALUES ('long')")
-        waiter = _worker("append", db.engine.url.render_as_string(), "next")
+        waiter = lock_worker("append", db.engine.url.render_as_string(), "next")
         # The waiter holds the file's lock (lent to it) while this transaction goes on.
         wait_until(lambda: lock_file_holder(path, 1) == waiter.pid, timeout=30)
         assert waiter.poll() is None

@@ -8,20 +8,17 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import lock_file_holder, wait_until
+from support import another_process_about, lock_file_holder, lock_worker, wait_until
 
 import broker
 from broker.errors import BrokerError
 from broker.storage import write_lock as write_lock_module
 from broker.storage.write_lock import DESCRIPTORS_PER_LOCK_FILE, MAX_OPEN_LOCK_FILES, write_lock
-
-WORKERS = str(Path(__file__).with_name("write_lock_workers.py"))
 
 
 @pytest.fixture
@@ -39,19 +36,8 @@ def about(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
     """Another process has the database open, and this one looks for it at every
     transaction: its transactions take the record locks (alone, a process takes none)."""
     monkeypatch.setattr(write_lock_module, "LOOK_FOR_OTHERS_S", 0.0)
-    ready = tmp_path / "open"
-    other = _worker("open", url.removeprefix("sqlite:///") + "-lock", str(ready))
-    try:
-        wait_until(ready.exists, timeout=30)
+    with another_process_about(url.removeprefix("sqlite:///"), tmp_path):
         yield
-    finally:
-        other.kill()
-        other.communicate(timeout=60)
-
-
-def _worker(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, WORKERS, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
 
 
 def _finish(process: subprocess.Popen[str]) -> int:
@@ -90,7 +76,7 @@ def test_a_process_waiting_at_the_door_writes_before_the_holder_writes_again(
         tx_cm = db.transaction()
         tx = tx_cm.__enter__()
         tx.query("INSERT INTO log (word) VALUES ('first')")
-        waiter = _worker("append", url, "waiter")
+        waiter = lock_worker("append", url, "waiter")
         wait_until(lambda: _someone_at_the_door(path), timeout=30)
         tx_cm.__exit__(None, None, None)  # commit: the lock goes to the waiter
         with db.transaction() as again:  # straight back: must queue behind the waiter
@@ -105,10 +91,10 @@ def test_a_process_killed_holding_the_lock_loses_its_transaction_and_blocks_no_o
                                                                                    tmp_path: Path) -> None:
     db = broker.connect(url)
     ready = tmp_path / "holding"
-    holder = _worker("hold", url, str(ready))
+    holder = lock_worker("hold", url, str(ready))
     wait_until(ready.exists, timeout=30)
     try:
-        appender = _worker("append", url, "after the kill")
+        appender = lock_worker("append", url, "after the kill")
         wait_until(lambda: _waits(db.engine.url.database or "", appender), timeout=30)
         os.kill(holder.pid, signal.SIGKILL)
         _finish(holder)
@@ -128,12 +114,12 @@ def test_a_process_killed_while_waiting_at_the_door_blocks_no_one(url: str, abou
     try:
         with db.transaction() as tx:
             tx.query("INSERT INTO log (word) VALUES ('holder')")
-            doomed = _worker("append", url, "killed")
+            doomed = lock_worker("append", url, "killed")
             wait_until(lambda: _someone_at_the_door(path), timeout=30)
             os.kill(doomed.pid, signal.SIGKILL)
             _finish(doomed)
             wait_until(lambda: not _someone_at_the_door(path), timeout=30)
-            survivor = _worker("append", url, "survivor")
+            survivor = lock_worker("append", url, "survivor")
             wait_until(lambda: _someone_at_the_door(path), timeout=30)
         assert _finish(survivor) == 0
         assert _words(db) == ["holder", "survivor"]
@@ -143,7 +129,7 @@ def test_a_process_killed_while_waiting_at_the_door_blocks_no_one(url: str, abou
 
 def test_a_writer_that_cannot_get_the_lock_within_the_busy_timeout_gets_1222(url: str, tmp_path: Path) -> None:
     ready = tmp_path / "holding"
-    holder = _worker("hold", url, str(ready))
+    holder = lock_worker("hold", url, str(ready))
     impatient = broker.connect(url + "?timeout=0.5", upgrade=False)
     try:
         wait_until(ready.exists, timeout=30)
@@ -204,7 +190,7 @@ def test_a_process_keeps_few_lock_files_open_however_many_databases_it_opens(tmp
     try:
         with first.transaction() as tx:
             tx.query("CREATE TABLE log (n INTEGER PRIMARY KEY AUTOINCREMENT, word TEXT NOT NULL)")
-        appender = _worker("append", urls[0], "from another process")
+        appender = lock_worker("append", urls[0], "from another process")
         assert _finish(appender) == 0
         assert _words(first) == ["from another process"]
     finally:
@@ -220,7 +206,7 @@ def test_a_process_alone_takes_no_record_lock_and_one_that_comes_meets_sqlites_l
     try:
         with db.transaction() as tx:
             tx.query("INSERT INTO log (word) VALUES ('solo')")
-            comer = _worker("append", url, "after")
+            comer = lock_worker("append", url, "after")
             wait_until(lambda: lock_file_holder(path, 1) == comer.pid, timeout=30)
             assert comer.poll() is None  # it waits for SQLite's lock, which this transaction holds
         assert _finish(comer) == 0

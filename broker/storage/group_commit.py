@@ -257,10 +257,28 @@ class WriteGroup:
                                     f"holds it)")
 
     def close(self) -> None:
-        """Close the shared connection (no member may be running)."""
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
+        """Close the shared connection once no member runs: it takes the turn, committing
+        first a physical transaction whose members wait for it. If the turn does not come
+        within the busy timeout the connection is left to the group (the member holding
+        the turn goes on with it)."""
+        while True:
+            try:
+                self._take_turn()
+            except BrokerError:
+                return
+            physical = self._physical
+            if physical is None:
+                break
+            try:
+                self._commit_physical(physical)  # gives the turn back
+            except BrokerError:
+                pass  # its members get the error
+        try:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                conn.close()
+        finally:
+            self._turn.release()
 
 
 def _driver(conn: Connection) -> Any:

@@ -68,9 +68,12 @@ class DatabaseState:
         conn: Connection | None = getattr(self._idle, "connection", None)
         if conn is not None:
             self._idle.connection = None
+            # Taken out of ``_kept`` under the lock: if ``close_idle`` took it first, it
+            # is being closed on another thread and must not be used.
             with self._lock:
+                ours = conn in self._kept
                 self._kept.discard(conn)
-            if not conn.closed and not conn.invalidated:
+            if ours and not conn.closed and not conn.invalidated:
                 return conn
         conn = self.engine.connect()
         # From the pool: whoever held it last may have changed anything through it.

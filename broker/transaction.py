@@ -314,7 +314,11 @@ class Transaction:
             try:
                 if self._member is not None:
                     member, self._member, self._owned = self._member, None, None
-                    pending.flush(owned)
+                    try:
+                        pending.flush(owned)
+                    except BaseException:
+                        self._state.group.rollback(member)  # type: ignore[union-attr]
+                        raise
                     # Read now: other members run on the connection once the turn passes.
                     changes = backend.changes(owned)
                     if ctx is not None:  # current for the next member; dropped if the group's commit fails

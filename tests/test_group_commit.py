@@ -14,8 +14,10 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy import event
 from support import wait_until
 
 import broker
@@ -219,6 +221,61 @@ def test_many_threads_sending_and_receiving_lose_and_repeat_nothing(db: broker.B
         by_sender.setdefault(number, []).append(int(sequence))
     assert {n: sorted(s) for n, s in by_sender.items()} == {str(n): list(range(9)) for n in range(8)}
     assert db.queue_counts("Target") == {}
+
+
+def test_a_full_database_fails_only_the_transactions_that_did_not_fit(db: broker.Broker) -> None:
+    """Threads fill the database to a page limit (``PRAGMA max_page_count``, the way a full
+    disk fails a write): a SEND that does not fit gets 1105 and leaves nothing, every
+    commit that returned is kept, and the group's turn is never lost (a leaked turn failed
+    every later writer of the process with 1222 after the busy timeout)."""
+    handle = _dialog(db)
+    db.dispose()
+    limit: dict[str, int] = {}
+
+    @event.listens_for(db.engine, "connect")
+    def _cap(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        pages = limit.setdefault("pages", cursor.execute("PRAGMA page_count").fetchone()[0] + 40)
+        cursor.execute(f"PRAGMA max_page_count = {pages}")
+        cursor.close()
+
+    committed: list[bytes] = []
+    errors: list[int] = []
+    lock = threading.Lock()
+
+    def sender(number: int) -> None:
+        for sequence in range(40):
+            body = f"{number}:{sequence}:".encode().ljust(20_000, b".")
+            try:
+                with db.transaction() as tx:
+                    tx.send(handle, body=body)
+            except broker.BrokerError as error:
+                with lock:
+                    errors.append(error.number)
+            else:
+                with lock:
+                    committed.append(body)
+
+    threads = [threading.Thread(target=sender, args=(n,), daemon=True) for n in range(3)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(db.state.backend.busy_timeout_s)
+    assert not any(thread.is_alive() for thread in threads)
+    assert time.monotonic() - started < db.state.backend.busy_timeout_s  # no one waited out a lost turn
+    # SQLite rolls the whole physical transaction back on a full database: the members
+    # that had committed into it and wait for its commit get 3930.
+    assert 1105 in errors and set(errors) <= {1105, 3930}, errors
+    assert committed
+    assert _bodies_seen_elsewhere(db) == sorted(committed)
+    event.remove(db.engine, "connect", _cap)
+    db.dispose()
+    with db.transaction() as tx:  # room again: the process writes as before
+        tx.send(handle, body=b"after")
+    assert len(db.queue_rows("Target")) == len(committed) + 1
+    with db.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA integrity_check").scalar() == "ok"
 
 
 def test_a_process_killed_amid_group_commits_keeps_every_commit_that_returned(tmp_path: Path) -> None:

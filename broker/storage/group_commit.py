@@ -26,6 +26,7 @@ far as it can tell; if the physical commit fails, it fails with them).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from dataclasses import dataclass
@@ -158,7 +159,11 @@ class WriteGroup:
         next member's begin would drop them."""
         conn, physical = member.conn, member.physical
         if not member.first:
-            _driver(conn).execute(f"RELEASE {_SAVEPOINT}")
+            try:
+                _driver(conn).execute(f"RELEASE {_SAVEPOINT}")
+            except BaseException:
+                self.rollback(member)
+                raise
         physical.members += 1
         physical.wrote = physical.wrote or wrote
         if catalog_changed or self._must_commit(physical):
@@ -186,14 +191,17 @@ class WriteGroup:
                 self._close(physical, None)
             return
         pending.discard(conn)
-        driver = _driver(conn)
-        if not driver.in_transaction:  # SQLite rolled it all back (a full disk, an I/O error)
-            self._backend.ended(conn)
-            self._close(physical, BrokerError(3930, "The transaction was rolled back by the database, with those "
-                                                     "that committed in the same group commit."))
+        try:
+            driver = _driver(conn)
+            undone = driver.in_transaction  # else SQLite rolled it all back (a full disk, an I/O error)
+            if undone:
+                driver.execute(f"ROLLBACK TO {_SAVEPOINT}")
+                driver.execute(f"RELEASE {_SAVEPOINT}")
+        except Exception:  # noqa: BLE001 - the savepoint could not be undone alone
+            undone = False
+        if not undone:
+            self._abandon(conn, physical)
             return
-        driver.execute(f"ROLLBACK TO {_SAVEPOINT}")
-        driver.execute(f"RELEASE {_SAVEPOINT}")
         if self._must_commit(physical):  # the members before it wait for their commit
             try:
                 self._commit_physical(physical)
@@ -227,6 +235,17 @@ class WriteGroup:
         self._wake(physical, error)
         if error is not None:
             raise _reported(error)
+
+    def _abandon(self, conn: Connection, physical: _Physical) -> None:
+        """A member's work could not be undone alone: the whole physical transaction is
+        rolled back, and the members that committed into it get error 3930."""
+        try:
+            with contextlib.suppress(Exception):  # the database may have rolled it back already
+                end_transaction(conn, commit=False)
+        finally:
+            self._backend.ended(conn)
+            self._close(physical, BrokerError(3930, "The transaction was rolled back by the database, with those "
+                                                     "that committed in the same group commit."))
 
     def _close(self, physical: _Physical, error: BaseException | None) -> None:
         """The physical transaction ended without a commit: the next thread, then its

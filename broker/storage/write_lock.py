@@ -248,7 +248,7 @@ class _FileLock:
             lent, self._lent, self.held_since = self._lent, False, None
             try:
                 if committed and not lent:
-                    number = self._count()
+                    number = self._shared_counts.count_commit()
             finally:
                 if not lent:
                     self._unlock(_LOCK)
@@ -256,16 +256,13 @@ class _FileLock:
             if committed and lent:
                 self._take()
                 try:
-                    number = self._count()
+                    number = self._shared_counts.count_commit()
                 finally:
                     self._unlock(_LOCK)
         finally:
             if number is None:
                 self._done()
         return number
-
-    def _count(self) -> int:
-        return self._shared_counts.count_commit()
 
     def lend(self, held_since: float) -> None:
         """Let the record lock go if it is still held since ``held_since`` (the lender's

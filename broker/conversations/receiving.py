@@ -62,6 +62,8 @@ def receive(
     if top == 0:
         return []
     statements = queue_statements(queue.table_name)
+    already = 0  # rows taken with the statement that picked the group
+    count_reset: bool | None = None
     if conversation_handle is not None:
         endpoint = ep.lock_endpoint(ctx, conversation_handle)
         if ctx.catalog.services[endpoint.service_id].queue_id != queue.id:
@@ -72,16 +74,23 @@ def receive(
         ctx.state.backend.lock_group(ctx.conn, group_id)
         rows = _group_rows(ctx, queue, statements, group_id, [], top)
     else:
-        first = [QueueRow._make(row) for row in ctx.state.backend.next_conversation_rows(ctx.conn, statements, top)]
-        if not first:
+        taken = ctx.state.backend.take_next_conversation_rows(
+            ctx.conn, statements, top, retention=queue.retention, queue_id=queue.id)
+        if not taken.rows:
             return []
+        first = [QueueRow._make(row) for row in taken.rows]
+        already, count_reset = len(first), taken.rollback_count_reset
         rows = _group_rows(ctx, queue, statements, first[0].conversation_group_id, first, top)
     if not rows:
         return []
-    take_rows(ctx.conn, statements, [r.queuing_order for r in rows], retention=queue.retention)
+    if len(rows) > already:
+        take_rows(ctx.conn, statements, [r.queuing_order for r in rows[already:]], retention=queue.retention)
     ctx.received_queues.add(queue.id)
-    if queue.rollback_count or not ctx.state.backend.snapshot_stays_current:
-        poison.reset_count(ctx, queue.id)  # undone with this transaction if it rolls back
+    if count_reset is None:
+        if queue.rollback_count or not ctx.state.backend.snapshot_stays_current:
+            poison.reset_count(ctx, queue.id)  # undone with this transaction if it rolls back
+    elif count_reset:
+        ctx.catalog_changed()
     return [message_from_row(ctx, r, RECEIVE_OUTPUT_STATUS) for r in rows]
 
 

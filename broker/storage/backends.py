@@ -23,17 +23,15 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import Engine, event, text
 from sqlalchemy.engine import Connection
 
 from broker.errors import BrokerError
+from broker.storage.queue_tables import QueueStatements, TakenRows, take_rows
 from broker.storage.waiting import CommitWatch, QueueNotifier, wait_for_queue
 from broker.storage.write_lock import LEND_AFTER_S, write_lock
-
-if TYPE_CHECKING:
-    from broker.storage.queue_tables import QueueStatements
 
 log = logging.getLogger("broker")
 
@@ -291,16 +289,22 @@ class Backend:
         """(group, conversation) of the next message to serve, its group locked; or None."""
         return statements.next_ready.first(conn)
 
-    def next_conversation_rows(self, conn: Connection, statements: QueueStatements,
-                               top: int | None) -> list[tuple[Any, ...]]:
-        """Up to ``top`` ready rows, in receive order, of the conversation holding the next
-        message to serve, its group locked; [] when nothing is ready.
+    def take_next_conversation_rows(self, conn: Connection, statements: QueueStatements, top: int | None,
+                                    *, retention: bool, queue_id: int) -> TakenRows:
+        """RECEIVE without a WHERE: up to ``top`` ready rows, in receive order, of the
+        conversation holding the next message to serve, its group locked, taken off the
+        queue (``queue_tables.take_rows``); no rows when nothing is ready.
 
-        SQLite: one statement, the write lock covering every group.
+        SQLite: one statement reads them, the write lock covering every group; the caller
+        resets the poison count of ``queue_id`` as the catalog snapshot tells it.
         """
         if top is None:
-            return statements.all_next_conversation_rows.all(conn)
-        return statements.next_conversation_rows.all(conn, p_top=top)
+            rows = statements.all_next_conversation_rows.all(conn)
+        else:
+            rows = statements.next_conversation_rows.all(conn, p_top=top)
+        if rows:
+            take_rows(conn, statements, [row[0] for row in rows], retention=retention)
+        return TakenRows(rows, None)
 
     # -- wake-ups ------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import Engine, String, bindparam, func, select, text, true
 from sqlalchemy.engine import Connection
@@ -28,12 +28,10 @@ from sqlalchemy.engine import Connection
 from broker.storage.backends import Backend
 from broker.storage.models import BrokerDatabase, ConversationEndpoint, ConversationGroup
 from broker.storage.pending import pending
+from broker.storage.queue_tables import QueueStatements, TakenRows
 from broker.storage.rows import Endpoint
 from broker.storage.statements import Prepared
 from broker.storage.waiting import CommitWatch, QueueNotifier, wait_for_queue
-
-if TYPE_CHECKING:
-    from broker.storage.queue_tables import QueueStatements
 
 log = logging.getLogger("broker")
 
@@ -273,17 +271,26 @@ class PostgresBackend(Backend):
     def next_ready(self, conn: Connection, statements: QueueStatements) -> tuple[Any, ...] | None:
         """PostgreSQL: one statement locks the first group nobody holds, in priority and
         age order (``FOR UPDATE SKIP LOCKED``), and its first message, read after the lock
-        (``queue_tables.pick_group``)."""
+        (``queue_tables.pick_group``); again while the message it picked was taken meanwhile."""
         _due_read(conn)
-        picked = _picked(conn, statements, 0)
-        return None if not picked else picked[0][:2]
+        while True:
+            picked = statements.pick_group.first(conn)
+            if picked is None or picked[1] is not None:
+                return picked
 
-    def next_conversation_rows(self, conn: Connection, statements: QueueStatements,
-                               top: int | None) -> list[tuple[Any, ...]]:
-        """PostgreSQL: the same statement returns the rows too, each locked, so a row another
-        transaction took before the group lock was granted is never returned."""
+    def take_next_conversation_rows(self, conn: Connection, statements: QueueStatements, top: int | None,
+                                    *, retention: bool, queue_id: int) -> TakenRows:
+        """PostgreSQL: one statement locks the group, takes the rows in their latest
+        versions and resets the poison count (``queue_tables.take_next``); again while
+        the rows it read were taken meanwhile, the group it locked staying locked."""
         _due_read(conn)
-        return [row[2:] for row in _picked(conn, statements, top) if row[2] is not None]
+        statement = statements.mark_next if retention else statements.take_next
+        while True:
+            rows = statement.all(conn, p_top=top, p_queue=queue_id)
+            if not rows:
+                return TakenRows([], False)
+            if rows[0][2] is not None:
+                return TakenRows([row[2:] for row in rows], bool(rows[0][1]))
 
     def enqueued(self, conn: Connection, queue_id: int) -> None:
         """PostgreSQL: ``pg_notify``, held back with the transaction's other writes (one
@@ -351,14 +358,6 @@ def _psycopg() -> Any:
     import psycopg.pq
 
     return psycopg
-
-
-def _picked(conn: Connection, statements: QueueStatements, top: int | None) -> list[tuple[Any, ...]]:
-    """``pick_group``'s rows; again while the message it picked was taken meanwhile."""
-    while True:
-        rows = statements.pick_group.all(conn, p_top=top)
-        if not rows or rows[0][1] is not None:
-            return rows
 
 
 def _notify(conn: Connection, payload: str) -> None:

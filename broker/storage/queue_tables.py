@@ -29,7 +29,10 @@ from sqlalchemy import (
     any_,
     bindparam,
     delete,
+    exists,
+    func,
     insert,
+    literal_column,
     select,
     text,
     true,
@@ -40,7 +43,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql import Select
 
 from broker.errors import BrokerError
-from broker.storage.models import SYSNAME, ConversationGroup
+from broker.storage.models import SYSNAME, ConversationGroup, ServiceQueue
 from broker.storage.statements import Prepared
 from broker.storage.types import GUID, UTCDateTime
 
@@ -144,15 +147,27 @@ class QueueRow(NamedTuple):
     receive_rank: int
 
 
+class TakenRows(NamedTuple):
+    """What RECEIVE took with the statement that picked its group (``Backend.take_next_conversation_rows``)."""
+
+    rows: list[tuple[Any, ...]]  # in receive order, each in table order
+    # Whether the queue's poison count was reset with them; None: not looked at, the
+    # caller resets it as it would after any RECEIVE.
+    rollback_count_reset: bool | None
+
+
 @dataclass(frozen=True, slots=True)
 class QueueStatements:
     """The prepared statements of one queue's hot path."""
 
     insert: Prepared  # values: every column but queuing_order, in table order
     next_ready: Prepared  # (group, conversation) holding the next message to serve
-    # PostgreSQL: the next group nobody holds, locked, and p_top of its first
-    # conversation's rows (``pick_group``).
+    # PostgreSQL: the next group nobody holds, locked, and its first message's
+    # conversation (``pick_group``); the same with up to p_top of that conversation's
+    # rows taken, deleted or (RETENTION) marked received (``take_next``).
     pick_group: Prepared
+    take_next: Prepared
+    mark_next: Prepared
     conversation_rows: Prepared  # one conversation's ready rows in receive order, LIMIT p_top
     all_conversation_rows: Prepared  # the same without a limit
     # The same for the conversation holding the next message to serve, found in the same
@@ -167,6 +182,7 @@ class QueueStatements:
 
 
 _groups = cast(Table, ConversationGroup.__table__)
+_queues = cast(Table, ServiceQueue.__table__)
 
 # What a SEND writes: every column but the queuing order the database assigns.
 _INSERTED = QueueRow._fields[1:]
@@ -191,49 +207,91 @@ def _rows_of(table: Any, handle: Any) -> Select[Any]:
     )
 
 
-def pick_group(t: Table) -> Prepared:
-    """PostgreSQL: the next conversation group nobody holds, locked, and its first
-    conversation's rows, in one statement (one round trip).
+# Constants written into the SQL of the statements that pick a group, not sent as
+# parameters: with them as parameters, PostgreSQL rates its generic plan above a custom
+# one and plans the statement again at every execution (about 200 µs of a RECEIVE).
+_ONE, _ZERO = literal_column("1", Integer), literal_column("0", Integer)
+_READY = _ONE  # status 1: ready to be received
 
-    Three common table expressions, each taking its locks after the one before:
 
-    * ``picked``: the ready messages in serve order (the queue's ready index) joined
-      with their groups; the first whose group row it can lock (``FOR UPDATE SKIP
-      LOCKED``: a group another transaction holds is skipped, never waited for).
-    * ``first``: that message, locked (``FOR UPDATE``). The statement reads a snapshot
-      taken before the group lock, and a transaction that held the group may have taken
-      the message and committed in between: locking a row that is gone drops it, and a
-      row changed meanwhile (RETENTION sets status 0) is checked again in its latest
-      version. Nobody else can hold the group's rows now: nothing is waited for.
-    * ``taken``: up to ``p_top`` (NULL: all, 0: none) ready rows of that message's
-      conversation in receive order, locked the same way, so a row taken meanwhile is
-      never returned.
-
-    Each result row is (group, conversation, the columns of one ``taken`` row, NULL
-    when there is none). No row: no group nobody holds has a ready message. A NULL
-    conversation: the picked message was taken meanwhile; the group stays locked, and
-    the caller runs the statement again, on a newer snapshot.
-    """
-    m, f, r = t.alias("ready_message"), t.alias("first_message"), t.alias("taken_message")
-    picked = (
+def _picked_group(t: Table) -> Any:
+    """PostgreSQL: the first ready message in serve order (the queue's ready index) whose
+    group row this transaction can lock, with that group, locked (``FOR UPDATE SKIP
+    LOCKED``: a group another transaction holds is skipped, never waited for)."""
+    m = t.alias("ready_message")
+    return (
         select(_groups.c.conversation_group_id, m.c.queuing_order)
         .join_from(m, _groups, _groups.c.conversation_group_id == m.c.conversation_group_id)
-        .where(m.c.status == 1).order_by(*serve_order_of(m)).limit(1)
+        .where(m.c.status == _READY).order_by(*serve_order_of(m)).limit(_ONE)
         .with_for_update(skip_locked=True, of=_groups)
     ).cte("picked")
+
+
+def pick_group(t: Table) -> Prepared:
+    """PostgreSQL: the next conversation group nobody holds, locked, and the conversation
+    of its first message, in one statement (GET CONVERSATION GROUP).
+
+    The statement reads a snapshot taken before the group lock, and a transaction that
+    held the group may have taken the message and committed in between, so the message
+    is locked too (``FOR UPDATE``): a row that is gone drops out, and one changed
+    meanwhile (RETENTION sets status 0) is checked again in its latest version. Nobody
+    else can hold the group's rows now: nothing is waited for.
+
+    One row (group, conversation); none: no group nobody holds has a ready message. A
+    NULL conversation: the picked message was taken meanwhile; the group stays locked,
+    and the caller runs the statement again, on a newer snapshot.
+    """
+    picked, f = _picked_group(t), t.alias("first_message")
     first = (
         select(f.c.conversation_handle)
-        .where(f.c.queuing_order == select(picked.c.queuing_order).scalar_subquery(), f.c.status == 1)
+        .where(f.c.queuing_order == select(picked.c.queuing_order).scalar_subquery(), f.c.status == _READY)
         .with_for_update(of=f)
     ).cte("first")
-    taken = (
-        select(r).join_from(r, first, r.c.conversation_handle == first.c.conversation_handle)
-        .where(r.c.status == 1).order_by(*receive_order_of(r)).limit(bindparam("p_top", type_=BigInteger))
-        .with_for_update(of=r)
-    ).cte("taken")
     return Prepared(
-        select(picked.c.conversation_group_id, first.c.conversation_handle, *taken.c)
-        .select_from(picked.outerjoin(first, true()).outerjoin(taken, true()))
+        select(picked.c.conversation_group_id, first.c.conversation_handle)
+        .select_from(picked.outerjoin(first, true()))
+    )
+
+
+def take_next(t: Table, *, retention: bool) -> Prepared:
+    """PostgreSQL: RECEIVE without a WHERE in one statement: the next group nobody holds,
+    locked; up to ``p_top`` (NULL: all) ready rows of its first message's conversation,
+    taken (deleted; with RETENTION, set to status 0) and returned; and, when it took any,
+    queue ``p_queue``'s poison count reset to 0 (``broker.conversations.poison``).
+
+    The statement reads a snapshot taken before the group lock: a transaction that held
+    the group may have taken some of those rows and committed in between. The DELETE (or
+    UPDATE) takes each row in its latest version and checks it again (READ COMMITTED):
+    a row that is gone, received (status 0) or moved to another group meanwhile is left
+    out. Rows are never locked only to be read, so a RECEIVE writes each row once.
+
+    Each result row is (group, number of poison counts reset (0 or 1), the columns of
+    one taken row, NULL when none). No row: no group nobody holds has a ready message.
+    A group with no row taken: its messages were taken meanwhile; the group stays
+    locked, and the caller runs the statement again, on a newer snapshot.
+    """
+    picked, f, r = _picked_group(t), t.alias("first_message"), t.alias("taken_message")
+    first = select(f.c.conversation_handle).where(
+        f.c.queuing_order == select(picked.c.queuing_order).scalar_subquery()
+    ).scalar_subquery()
+    wanted = (
+        select(r.c.queuing_order).where(r.c.conversation_handle == first, r.c.status == _READY)
+        .order_by(*receive_order_of(r)).limit(bindparam("p_top", type_=BigInteger))
+    )
+    taking = update(t).values(status=_ZERO) if retention else delete(t)
+    taken = (
+        taking.where(t.c.queuing_order.in_(wanted), t.c.status == _READY,
+                     t.c.conversation_group_id == select(picked.c.conversation_group_id).scalar_subquery())
+        .returning(*t.c)
+    ).cte("taken")
+    reset = (
+        update(_queues).where(_queues.c.object_id == bindparam("p_queue", type_=Integer),
+                              _queues.c.rollback_count != _ZERO, exists(select(taken.c.queuing_order)))
+        .values(rollback_count=_ZERO).returning(_queues.c.object_id)
+    ).cte("reset")
+    return Prepared(
+        select(picked.c.conversation_group_id, select(func.count()).select_from(reset).scalar_subquery(), *taken.c)
+        .select_from(picked.outerjoin(taken, true()))
         .order_by(*receive_order_of(taken))
     )
 
@@ -253,6 +311,8 @@ def queue_statements(table_name: str) -> QueueStatements:
         insert=Prepared(insert(t).values({name: bindparam(name) for name in _INSERTED}), positional=_INSERTED),
         next_ready=Prepared(serve_order.limit(1)),
         pick_group=pick_group(t),
+        take_next=take_next(t, retention=False),
+        mark_next=take_next(t, retention=True),
         conversation_rows=Prepared(rows.limit(bindparam("p_top"))),
         all_conversation_rows=Prepared(rows),
         next_conversation_rows=Prepared(next_rows.limit(bindparam("p_top"))),

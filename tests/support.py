@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import broker
+from broker.storage.write_lock import LOOK_FOR_OTHERS_S
 
 # For the few tests about SQLite itself (its file read through plain sqlite3, local
 # process ids): they run on SQLite only rather than skipping on other backends.
@@ -128,6 +129,10 @@ def another_process_about(db_path: str, folder: Path) -> Iterator[None]:
     other = lock_worker("open", f"{db_path}-lock", str(ready))
     try:
         wait_until(ready.exists, timeout=30)
+        # A process looks for others at most LOOK_FOR_OTHERS_S after it last looked; until
+        # then a transaction here may still run solo (and SQLite flush its commit).
+        opened = time.monotonic()
+        wait_until(lambda: time.monotonic() >= opened + LOOK_FOR_OTHERS_S, timeout=30)
         yield
     finally:
         other.kill()

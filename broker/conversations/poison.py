@@ -12,18 +12,16 @@ from __future__ import annotations
 
 from typing import cast
 
-from sqlalchemy import Table, bindparam, update
+from sqlalchemy import Table, update
 
 from broker.storage.context import TxContext
 from broker.storage.models import ServiceQueue
+from broker.storage.queue_tables import rollback_count_reset
 from broker.storage.statements import Prepared
 
 _queues = cast(Table, ServiceQueue.__table__)
 # Prepared: on PostgreSQL it runs with every RECEIVE.
-_RESET = Prepared(
-    update(_queues).where(_queues.c.object_id == bindparam("p_queue"), _queues.c.rollback_count != 0)
-    .values(rollback_count=0)
-)
+_RESET = Prepared(rollback_count_reset())
 
 ROLLBACKS_TO_DISABLE = 5
 

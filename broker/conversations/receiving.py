@@ -86,11 +86,10 @@ def receive(
     if len(rows) > already:
         take_rows(ctx.conn, statements, [r.queuing_order for r in rows[already:]], retention=queue.retention)
     ctx.received_queues.add(queue.id)
-    if count_reset is None:
-        if queue.rollback_count or not ctx.state.backend.snapshot_stays_current:
-            poison.reset_count(ctx, queue.id)  # undone with this transaction if it rolls back
-    elif count_reset:
+    if count_reset:  # reset with the rows it took (PostgreSQL: ``queue_tables.take_next``)
         ctx.catalog_changed()
+    elif count_reset is None and (queue.rollback_count or not ctx.state.backend.snapshot_stays_current):
+        poison.reset_count(ctx, queue.id)  # undone with this transaction if it rolls back
     return [message_from_row(ctx, r, RECEIVE_OUTPUT_STATUS) for r in rows]
 
 

@@ -227,6 +227,22 @@ def _picked_group(t: Table) -> Any:
     ).cte("picked")
 
 
+def _first_conversation(picked: Any, f: Any) -> Select[Any]:
+    """The conversation of the message ``picked`` found first, read from ``f`` (an alias of
+    the queue's table) in the statement's snapshot, taken before the group lock."""
+    return select(f.c.conversation_handle).where(f.c.queuing_order == select(picked.c.queuing_order).scalar_subquery())
+
+
+def rollback_count_reset() -> Any:
+    """UPDATE: queue ``p_queue``'s poison count back to 0 where it is not
+    (``broker.conversations.poison``; RECEIVE's ``take_next`` on PostgreSQL)."""
+    return (
+        update(_queues)
+        .where(_queues.c.object_id == bindparam("p_queue", type_=Integer), _queues.c.rollback_count != _ZERO)
+        .values(rollback_count=_ZERO)
+    )
+
+
 def pick_group(t: Table) -> Prepared:
     """PostgreSQL: the next conversation group nobody holds, locked, and the conversation
     of its first message, in one statement (GET CONVERSATION GROUP).
@@ -242,11 +258,7 @@ def pick_group(t: Table) -> Prepared:
     and the caller runs the statement again, on a newer snapshot.
     """
     picked, f = _picked_group(t), t.alias("first_message")
-    first = (
-        select(f.c.conversation_handle)
-        .where(f.c.queuing_order == select(picked.c.queuing_order).scalar_subquery(), f.c.status == _READY)
-        .with_for_update(of=f)
-    ).cte("first")
+    first = _first_conversation(picked, f).where(f.c.status == _READY).with_for_update(of=f).cte("first")
     return Prepared(
         select(picked.c.conversation_group_id, first.c.conversation_handle)
         .select_from(picked.outerjoin(first, true()))
@@ -270,10 +282,8 @@ def take_next(t: Table, *, retention: bool) -> Prepared:
     A group with no row taken: its messages were taken meanwhile; the group stays
     locked, and the caller runs the statement again, on a newer snapshot.
     """
-    picked, f, r = _picked_group(t), t.alias("first_message"), t.alias("taken_message")
-    first = select(f.c.conversation_handle).where(
-        f.c.queuing_order == select(picked.c.queuing_order).scalar_subquery()
-    ).scalar_subquery()
+    picked, r = _picked_group(t), t.alias("taken_message")
+    first = _first_conversation(picked, t.alias("first_message")).scalar_subquery()
     wanted = (
         select(r.c.queuing_order).where(r.c.conversation_handle == first, r.c.status == _READY)
         .order_by(*receive_order_of(r)).limit(bindparam("p_top", type_=BigInteger))
@@ -285,9 +295,7 @@ def take_next(t: Table, *, retention: bool) -> Prepared:
         .returning(*t.c)
     ).cte("taken")
     reset = (
-        update(_queues).where(_queues.c.object_id == bindparam("p_queue", type_=Integer),
-                              _queues.c.rollback_count != _ZERO, exists(select(taken.c.queuing_order)))
-        .values(rollback_count=_ZERO).returning(_queues.c.object_id)
+        rollback_count_reset().where(exists(select(taken.c.queuing_order))).returning(_queues.c.object_id)
     ).cte("reset")
     return Prepared(
         select(picked.c.conversation_group_id, select(func.count()).select_from(reset).scalar_subquery(), *taken.c)

@@ -120,6 +120,15 @@ def lock_worker(*args: str) -> subprocess.Popen[str]:
                             text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
 
 
+def until_seen_here() -> None:
+    """Wait until this process has looked again for other processes on its lock files:
+    it looks at most ``LOOK_FOR_OTHERS_S`` after it last looked, and until then a
+    transaction here may still run solo (SQLite flushing its commit) beside a process
+    that has just opened the file."""
+    opened = time.monotonic()
+    wait_until(lambda: time.monotonic() >= opened + LOOK_FOR_OTHERS_S, timeout=30)
+
+
 @contextmanager
 def another_process_about(db_path: str, folder: Path) -> Iterator[None]:
     """While the block runs, another process has the SQLite database at ``db_path`` open,
@@ -129,10 +138,7 @@ def another_process_about(db_path: str, folder: Path) -> Iterator[None]:
     other = lock_worker("open", f"{db_path}-lock", str(ready))
     try:
         wait_until(ready.exists, timeout=30)
-        # A process looks for others at most LOOK_FOR_OTHERS_S after it last looked; until
-        # then a transaction here may still run solo (and SQLite flush its commit).
-        opened = time.monotonic()
-        wait_until(lambda: time.monotonic() >= opened + LOOK_FOR_OTHERS_S, timeout=30)
+        until_seen_here()
         yield
     finally:
         other.kill()

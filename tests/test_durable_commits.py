@@ -8,12 +8,14 @@ from __future__ import annotations
 import os
 import signal
 import struct
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import another_process_about, lock_file_holder, lock_worker, wait_until
+from support import another_process_about, lock_file_holder, lock_worker, until_seen_here, wait_until
 
 import broker
 from broker.errors import BrokerError
@@ -107,6 +109,28 @@ def test_with_another_process_about_the_broker_flushes_after_the_lock(
     assert flushes == [wal, wal]
 
 
+def _another_process_finds_company(lock_file: str) -> bool:
+    """Whether a new process opening ``lock_file`` finds another process has it open."""
+    probe = ("import os, sys; from broker.storage import durable_commits; "
+             "print(durable_commits.others_open(os.open(sys.argv[1], os.O_RDWR)))")
+    out = subprocess.run([sys.executable, "-c", probe, lock_file], capture_output=True, text=True, timeout=60,
+                         check=True).stdout
+    return out.strip() == "True"
+
+
+def test_a_disposed_broker_leaves_other_processes_alone(db: broker.Broker) -> None:
+    """A process done with a database (its ``Broker`` disposed) lets go of the lock file,
+    so another process left alone on the database runs solo; using the database again
+    opens it again."""
+    lock_file = f"{db.engine.url.database}-lock"
+    assert _another_process_finds_company(lock_file)
+    db.dispose()
+    assert not _another_process_finds_company(lock_file)
+    _append(db, "again")
+    assert _another_process_finds_company(lock_file)
+    assert _words(db) == ["again"]
+
+
 def test_without_a_lock_file_sqlite_flushes_every_commit(tmp_path: Path) -> None:
     # Where the lock file cannot be opened (here a folder stands in its place; a read-only
     # folder does the same), processes meet at SQLite's lock and SQLite flushes each commit.
@@ -186,6 +210,7 @@ def test_a_process_killed_while_leading_a_flush_blocks_no_one(db: broker.Broker,
     ready = tmp_path / "flushing"
     flusher = lock_worker("flush", f"{db.engine.url.database}-lock", str(ready))
     wait_until(ready.exists, timeout=30)
+    until_seen_here()  # else the commit may run solo, flushed by SQLite
     done = threading.Event()
 
     def commit() -> None:

@@ -31,7 +31,7 @@ from sqlalchemy.engine import Connection
 from broker.errors import BrokerError
 from broker.storage.queue_tables import QueueStatements, TakenRows, take_rows
 from broker.storage.waiting import CommitWatch, QueueNotifier, wait_for_queue
-from broker.storage.write_lock import LEND_AFTER_S, write_lock
+from broker.storage.write_lock import LEND_AFTER_S, close_if_idle, write_lock
 
 log = logging.getLogger("broker")
 
@@ -230,6 +230,16 @@ class Backend:
     def database_key(self, engine: Engine) -> str:
         """One key per database, shared by every engine of this process that opens it."""
         return _resolved(engine.url.database or "")
+
+    def let_go(self, engine: Engine) -> None:
+        """``engine``'s connections are closed: let go of what else this process keeps open
+        for the database, if nothing of the process uses it now.
+
+        SQLite: the lock file, whose record locks tell other processes this one is about
+        (``broker.storage.write_lock``): a process left alone on the database then runs
+        solo. It is opened again if this process writes to the database later.
+        """
+        close_if_idle(self.database_key(engine))
 
     # -- runtimes ------------------------------------------------------------------------
 

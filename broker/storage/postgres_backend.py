@@ -189,6 +189,9 @@ class PostgresBackend(Backend):
     def database_key(self, engine: Engine) -> str:
         return engine.url.render_as_string(hide_password=True)
 
+    def let_go(self, engine: Engine) -> None:
+        """PostgreSQL: nothing is kept open beside the connections."""
+
     @contextmanager
     def session(self, engine: Engine) -> Iterator[int]:
         """PostgreSQL: a number of the runtime's own, held as a session advisory lock

@@ -98,7 +98,8 @@ class DatabaseState:
 
     def close_idle(self) -> None:
         """Close the connections kept for reuse (their threads open new ones if needed),
-        and the backend's listener."""
+        the backend's listener and, if idle, what it keeps open beside them
+        (``Backend.let_go``)."""
         self.backend.stop_listening()
         if self.group is not None:
             self.group.close()
@@ -106,6 +107,7 @@ class DatabaseState:
             kept, self._kept = self._kept, set()
         for conn in kept:
             _close_on_driver(conn)
+        self.backend.let_go(self.engine)
 
     def catalog_for(self, conn: Connection, known_version: int | None = None) -> Catalog:
         """The snapshot valid for ``conn``'s transaction: one version read, or none when

@@ -429,6 +429,16 @@ def write_lock(database_path: str) -> WriteLock:
     return found
 
 
+def close_if_idle(database_path: str) -> None:
+    """Close this process's lock file of the database at ``database_path`` if it has it
+    open and nothing of the process holds, waits for or flushes under its lock: another
+    process left alone on the database then runs solo. Opened again when next needed."""
+    with _locks_mutex:
+        found = _locks.get(database_path)
+    if found is not None and found.file is not None:
+        found.file.close_if_idle()
+
+
 def _forget_locks() -> None:
     # A forked child holds none of its parent's locks and has none of its threads.
     global _locks_mutex, _lender

@@ -645,7 +645,10 @@ class Broker:
                        activation=arguments.flag(activation, "activation"), transmitter=Transmitter(lambda: [self]))
 
     def dispose(self) -> None:
-        """Close every connection this object holds (idle or pooled)."""
+        """Close every connection this object holds (idle or pooled), and on SQLite the
+        database's lock file if nothing else of this process is using it (another
+        process left alone on the database then commits without waiting for company).
+        The object stays usable: it opens what it needs again."""
         self._state.close_idle()
         self.engine.dispose()
 

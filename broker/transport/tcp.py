@@ -346,7 +346,6 @@ class TcpEndpoint:
         """Shake hands on an accepted connection (paused since it was accepted), then serve it."""
         task = asyncio.current_task()
         assert task is not None
-        self._accepted.add(task)
         peer = transport.get_extra_info("peername") or ("?", 0)
         info = self._track(ConnectionInfo(f"{peer[0]}:{peer[1]}", is_accept=True))
         info.state = ConnectionState.CONNECTING
@@ -454,7 +453,12 @@ class _Incoming(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         transport.pause_reading()
-        asyncio.get_running_loop().create_task(self._endpoint._accept(transport))
+        # Known to the endpoint at once: one stopping before the task first runs cancels
+        # it, and a task cancelled before it could close its connection closes it here
+        # (else the socket stays open until the garbage collector finds it).
+        task = asyncio.get_running_loop().create_task(self._endpoint._accept(transport))
+        self._endpoint._accepted.add(task)
+        task.add_done_callback(lambda ended: transport.close() if ended.cancelled() else None)
 
 
 def _time_to_live_ms(lifetime: datetime, now: datetime) -> int:

@@ -344,8 +344,6 @@ class TcpEndpoint:
 
     async def _accept(self, transport: asyncio.BaseTransport) -> None:
         """Shake hands on an accepted connection (paused since it was accepted), then serve it."""
-        task = asyncio.current_task()
-        assert task is not None
         peer = transport.get_extra_info("peername") or ("?", 0)
         info = self._track(ConnectionInfo(f"{peer[0]}:{peer[1]}", is_accept=True))
         info.state = ConnectionState.CONNECTING
@@ -357,12 +355,10 @@ class TcpEndpoint:
             tls = await loop.start_tls(transport, protocol, self.settings.server_context,  # type: ignore[arg-type]
                                        server_side=True, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S)
         except (ssl.SSLError, OSError, TimeoutError, ConnectionError) as failure:
-            self._accepted.discard(task)
             transport.close()
             refused(self, info, f"Connection handshake failed: {reason_of(failure)}")
             return
         except asyncio.CancelledError:
-            self._accepted.discard(task)
             transport.close()
             info.closed()
             return
@@ -375,12 +371,10 @@ class TcpEndpoint:
             await connection.log_in()
         except TransportError as failure:
             self._live.discard(connection)
-            self._accepted.discard(task)
             refused(self, info, failure.status)
             return
         except asyncio.CancelledError:
             connection.close(None)
-            self._accepted.discard(task)
             return
         self._joined(connection)
         try:
@@ -388,7 +382,6 @@ class TcpEndpoint:
         except asyncio.CancelledError:
             pass  # the endpoint is stopping
         finally:
-            self._accepted.discard(task)
             await _closed(writer)
 
     async def apply_batch(
@@ -453,12 +446,19 @@ class _Incoming(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         transport.pause_reading()
-        # Known to the endpoint at once: one stopping before the task first runs cancels
-        # it, and a task cancelled before it could close its connection closes it here
-        # (else the socket stays open until the garbage collector finds it).
+        # Known to the endpoint from now until it ends: one stopping before the task first
+        # runs cancels it, and a task cancelled before it could close its connection
+        # closes it here (else the socket stays open until the garbage collector finds it).
+        accepted = self._endpoint._accepted
         task = asyncio.get_running_loop().create_task(self._endpoint._accept(transport))
-        self._endpoint._accepted.add(task)
-        task.add_done_callback(lambda ended: transport.close() if ended.cancelled() else None)
+        accepted.add(task)
+
+        def ended(task: asyncio.Task[None]) -> None:
+            accepted.discard(task)
+            if task.cancelled():
+                transport.close()
+
+        task.add_done_callback(ended)
 
 
 def _time_to_live_ms(lifetime: datetime, now: datetime) -> int:

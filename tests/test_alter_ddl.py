@@ -113,6 +113,58 @@ def test_a_new_queue_takes_the_services_messages_and_groups(tutorial: broker.Bro
     assert endpoint(db, second)["state"] == "CO"  # type: ignore[index]
 
 
+def _two_services_sharing_a_group(db: broker.Broker) -> tuple[object, object, object]:
+    """Services //s1 and //s2 on queue Shared, a reply waiting for each on its own dialog,
+    and //s1's dialog moved into //s2's group: (s1's handle, s2's handle, that group)."""
+    db.create_queue("Shared")
+    db.create_service("//s1", "Shared", ["DEFAULT"])
+    db.create_service("//s2", "Shared", ["DEFAULT"])
+    db.create_queue("Far")
+    db.create_service("//far", "Far", ["DEFAULT"])
+    with db.transaction() as tx:
+        first = tx.begin_dialog("//s1", "//far")
+        tx.send(first, "DEFAULT", b"a")
+        second = tx.begin_dialog("//s2", "//far")
+        tx.send(second, "DEFAULT", b"b")
+    for _ in range(2):  # RECEIVE without WHERE takes one group at a time
+        with db.transaction() as tx:
+            for message in tx.receive("Far", 10):
+                tx.send(message.conversation_handle, "DEFAULT", b"reply-" + (message.message_body or b""))
+    group = endpoint(db, second)["conversation_group_id"]  # type: ignore[index]
+    with db.transaction() as tx:
+        tx.move_conversation(first, group)
+    return first, second, group
+
+
+def test_dropping_a_service_keeps_a_group_another_services_dialog_was_moved_into(db: broker.Broker) -> None:
+    first, _second, group = _two_services_sharing_a_group(db)
+
+    db.drop_service("//s2")
+
+    assert db.catalog("sys.conversation_groups", conversation_group_id=group) != []
+    with db.transaction() as tx:
+        assert tx.get_conversation_group("Shared") == group
+        got = tx.receive("Shared", 10, conversation_group_id=group)
+    assert [(m.conversation_handle, m.message_body) for m in got] == [(first, b"reply-a")]
+
+
+def test_a_service_moving_to_a_new_queue_leaves_a_group_it_shares(db: broker.Broker) -> None:
+    first, second, group = _two_services_sharing_a_group(db)
+    db.create_queue(NEW_QUEUE)
+
+    db.alter_service("//s2", queue=NEW_QUEUE)
+
+    # //s1's dialog keeps the group, in the old queue; //s2's leaves it for a new one.
+    assert endpoint(db, first)["conversation_group_id"] == group  # type: ignore[index]
+    moved_group = endpoint(db, second)["conversation_group_id"]  # type: ignore[index]
+    assert moved_group != group
+    assert [m.conversation_group_id for m in db.queue_rows(NEW_QUEUE)] == [moved_group]
+    with db.transaction() as tx:
+        assert [m.message_body for m in tx.receive("Shared", 10, conversation_group_id=group)] == [b"reply-a"]
+        assert [m.message_body for m in tx.receive(NEW_QUEUE, 10, conversation_group_id=moved_group)] == [
+            b"reply-b"]
+
+
 def test_moving_to_a_queue_that_is_on_delivers_what_waited_for_the_old_one(tutorial: broker.Broker) -> None:
     db = tutorial
     db.create_queue(NEW_QUEUE)

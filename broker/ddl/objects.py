@@ -6,10 +6,11 @@ Each function runs in the caller's transaction, checks before it writes, and end
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import delete, func, insert, or_, select, update
 
 from broker.arguments import VALIDATIONS
 from broker.conversations import delivery  # a module, not its names: delivery imports this module in turn
@@ -279,30 +280,69 @@ def _move_service_messages(ctx: TxContext, service_id: int, old_table: str, queu
     The service's groups and endpoints are locked first, so that no RECEIVE or SEND on
     them is under way while the rows are copied (PostgreSQL; SQLite runs one writer).
     """
-    lock_conversations(ctx, service_id)
+    moving = lock_conversations(ctx, service_id)
     source, target = queue_table(old_table), queue_table(queue.table_name)
+    _part_shared_groups(ctx, service_id, moving, source, queue.id)
     columns = [c.name for c in source.columns if c.name != "queuing_order"]
     ctx.conn.execute(insert(target).from_select(
         columns, select(*(source.c[c] for c in columns)).where(source.c.service_id == service_id)
         .order_by(source.c.queuing_order)))
     ctx.conn.execute(delete(source).where(source.c.service_id == service_id))
-    ctx.conn.execute(update(ep.groups).where(ep.groups.c.service_id == service_id).values(queue_id=queue.id))
+    moving_groups = {e.conversation_group_id for e in moving}
+    for chunk in _chunks(sorted(moving_groups, key=str)):
+        ctx.conn.execute(update(ep.groups).where(ep.groups.c.conversation_group_id.in_(chunk))
+                         .values(queue_id=queue.id))
     # Wakes this process's readers of the new queue at commit; catalog_changed wakes the others'.
     ctx.touched_queues.add(queue.id)
 
 
 def lock_conversations(ctx: TxContext, service_id: int | None = None) -> list[Endpoint]:
     """Lock every conversation group, then every endpoint (of one service, or all), until
-    the transaction ends, and return the endpoints.
+    the transaction ends, and return the endpoints. A service's groups are those it
+    began and those its conversations were moved into (MOVE CONVERSATION).
 
     The order RECEIVE and SEND take them in (group, then endpoints), so DDL that moves or
     removes messages waits for the statements under way on them instead of racing them.
     SQLite compiles the locks away: its write lock already excludes every other writer.
     """
-    groups_of = [] if service_id is None else [ep.groups.c.service_id == service_id]
+    groups_of = [] if service_id is None else [or_(
+        ep.groups.c.service_id == service_id,
+        ep.groups.c.conversation_group_id.in_(select(ep.endpoints.c.conversation_group_id)
+                                              .where(ep.endpoints.c.service_id == service_id)))]
     endpoints_of = [] if service_id is None else [ep.endpoints.c.service_id == service_id]
     ctx.conn.execute(select(ep.groups.c.conversation_group_id).where(*groups_of).with_for_update()).all()
     return [Endpoint(*row) for row in ctx.conn.execute(select(ep.endpoints).where(*endpoints_of).with_for_update())]
+
+
+def _part_shared_groups(ctx: TxContext, service_id: int, moving: list[Endpoint], source: Any,
+                        queue_id: int) -> None:
+    """Before a service's conversations move to queue ``queue_id``: those sharing a group
+    with another service's conversations (MOVE CONVERSATION put them together) leave it
+    for a new group in the new queue, one per group parted, their messages with them. A
+    group belongs to one queue, and the other service's conversations stay where they are.
+    """
+    shared: dict[uuid.UUID, uuid.UUID] = {}  # old group -> the group its movers join
+    for group_id in {e.conversation_group_id for e in moving}:
+        staying = select(ep.endpoints.c.conversation_handle).where(
+            ep.endpoints.c.conversation_group_id == group_id, ep.endpoints.c.service_id != service_id).exists()
+        if ctx.conn.execute(select(staying)).scalar():
+            shared[group_id] = uuid.uuid4()
+    for old_group, new_group in shared.items():
+        ctx.conn.execute(insert(ep.groups).values(
+            conversation_group_id=new_group, service_id=service_id, queue_id=queue_id, is_system=False))
+        handles = [e.conversation_handle for e in moving if e.conversation_group_id == old_group]
+        for chunk in _chunks(handles):
+            ctx.conn.execute(update(ep.endpoints).where(ep.endpoints.c.conversation_handle.in_(chunk))
+                             .values(conversation_group_id=new_group))
+            ctx.conn.execute(update(source).where(source.c.conversation_handle.in_(chunk))
+                             .values(conversation_group_id=new_group))
+    for endpoint in moving:
+        endpoint.conversation_group_id = shared.get(endpoint.conversation_group_id, endpoint.conversation_group_id)
+
+
+def _chunks(values: list[Any], size: int = 500) -> Iterable[list[Any]]:
+    """``values`` in lists of at most ``size`` (bound parameters per statement)."""
+    return (values[start:start + size] for start in range(0, len(values), size))
 
 
 def drop_service(ctx: TxContext, name: str) -> None:
@@ -312,13 +352,20 @@ def drop_service(ctx: TxContext, name: str) -> None:
     if service is None:
         raise BrokerError(3701, kind="service", name=name)
     _refuse_if_prioritized(ctx, "service", name, ConversationPriority.local_service_id == service.id)
-    for endpoint in ep.endpoints_where(ctx, ep.endpoints.c.service_id == service.id):
+    dropped = ep.endpoints_where(ctx, ep.endpoints.c.service_id == service.id)
+    for endpoint in dropped:
         peer = ep.peer_of(ctx, endpoint)
         if peer is not None and endpoint.state not in ("DO", "CD"):
             delivery.broker_error(ctx, peer, REMOTE_SERVICE_DROPPED, "Remote service has been dropped.")
         ep.drop_held_messages(ctx, endpoint.conversation_handle)
         ctx.conn.execute(delete(ep.endpoints).where(ep.endpoints.c.conversation_handle == endpoint.conversation_handle))
-    ctx.conn.execute(delete(ep.groups).where(ep.groups.c.service_id == service.id))
+    # A group lives while any of its conversations does: one the service began may hold
+    # another service's conversation (MOVE CONVERSATION), and it keeps that one's messages.
+    in_use = select(ep.endpoints.c.conversation_handle).where(
+        ep.endpoints.c.conversation_group_id == ep.groups.c.conversation_group_id).exists()
+    ctx.conn.execute(delete(ep.groups).where(ep.groups.c.service_id == service.id, ~in_use))
+    for chunk in _chunks(sorted({e.conversation_group_id for e in dropped}, key=str)):
+        ctx.conn.execute(delete(ep.groups).where(ep.groups.c.conversation_group_id.in_(chunk), ~in_use))
     table = queue_table(ctx.catalog.queues[service.queue_id].table_name)
     ctx.conn.execute(delete(table).where(table.c.service_id == service.id))
     ctx.conn.execute(delete(Service).where(Service.service_id == service.id))

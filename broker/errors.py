@@ -25,6 +25,7 @@ DRIVER_MISSING = 59010
 BAD_URL = 59011
 DATABASE_FAILURE = 59020
 SYSTEM_OBJECT = 59030
+TRANSACTION_ENDED = 59040
 
 # Texts follow SQL Server's wording (with its placeholders filled by keyword).
 _TEXTS: dict[int, str] = {
@@ -75,6 +76,7 @@ _TEXTS: dict[int, str] = {
     1014: "A TOP or FETCH clause contains an invalid value.",
     1038: "An object or column name is missing or empty ({what}).",
     1060: "The number of rows provided for a TOP or FETCH clauses row count parameter must be an integer.",
+    TRANSACTION_ENDED: "The transaction has ended: a verb needs a transaction of its own (db.transaction()).",
     3708: "Cannot drop the {kind} '{name}' because it is a system {kind}.",
     5120: "Unable to open the physical file \"{path}\". {reason}",
     8115: "Arithmetic overflow error converting {what} to data type {type}.",

@@ -24,7 +24,7 @@ from broker import arguments, events
 from broker.arguments import FOREVER
 from broker.conversations import dialogs, poison, receiving, sending
 from broker.conversations.messages import Message
-from broker.errors import BrokerError, InvalidArgumentError
+from broker.errors import TRANSACTION_ENDED, BrokerError, InvalidArgumentError
 from broker.storage import pending
 from broker.storage.context import TxContext
 from broker.storage.driver_errors import as_broker_error
@@ -57,6 +57,7 @@ class Transaction:
         # Whether this transaction has written: until then a WAITFOR may release the
         # write lock while it waits.
         self._wrote = False
+        self._closed = False  # its ``with`` block (or ``close``) has ended it
 
     # -- conversations -------------------------------------------------------------
 
@@ -261,6 +262,8 @@ class Transaction:
 
     def _context(self) -> TxContext:
         if self._ctx is None:
+            if self._closed:  # else a verb would begin a transaction nobody ends
+                raise BrokerError(TRANSACTION_ENDED)
             conn = self._connection()
             kept = pending.pending(conn)
             owned = conn is self._owned
@@ -374,12 +377,17 @@ class Transaction:
         give back the write lock."""
         committed = False
         try:
-            end_transaction(conn, commit=commit)
+            interrupted = end_transaction(conn, commit=commit)
             committed = commit
         finally:
             self._state.backend.ended(conn, committed=committed)
+        if interrupted is not None:  # after the commit, which stands: made durable above
+            raise interrupted
 
     def close(self) -> None:
+        """End this transaction for good: rolled back if it was neither committed nor
+        rolled back; its verbs raise 59040 from now on."""
+        self._closed = True
         if self._member is not None:  # neither committed nor rolled back (a failed begin): undo it
             self.rollback()
         if self._owned is not None:

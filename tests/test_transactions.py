@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -17,6 +18,7 @@ from support import (
     TARGET_QUEUE,
     TARGET_SERVICE,
     open_dialog,
+    sqlite_only,
     target_handle,
 )
 
@@ -273,3 +275,76 @@ def test_many_sends_in_one_transaction_queue_in_the_order_they_were_sent(tutoria
     assert [(r.conversation_handle, r.message_sequence_number, r.message_body) for r in rows] == sent
     orders = [r.queuing_order for r in rows]
     assert orders == sorted(set(orders))
+
+
+def test_a_verb_on_a_transaction_that_has_ended_is_59040_and_holds_nothing(tutorial: broker.Broker) -> None:
+    handle = open_dialog(tutorial)
+    with tutorial.transaction() as tx:
+        tx.send(handle, REQUEST, "<one/>")
+    with pytest.raises(broker.BrokerError) as info:
+        tx.send(handle, REQUEST, "<late/>")  # would begin a transaction nobody ends
+    assert info.value.number == 59040
+    with pytest.raises(broker.BrokerError) as info:
+        tx.receive(TARGET_QUEUE)
+    assert info.value.number == 59040
+    with tutorial.transaction() as later:  # the write turn and the locks are free
+        later.send(handle, REQUEST, "<two/>")
+    assert [m.message_body for m in tutorial.queue_rows(TARGET_QUEUE)] [1:] == [b"<one/>", b"<two/>"]
+
+
+@sqlite_only
+def test_a_second_transaction_of_the_thread_writing_fails_at_once(tutorial: broker.Broker) -> None:
+    handle = open_dialog(tutorial)
+    with tutorial.transaction() as tx:
+        tx.send(handle, REQUEST, "<kept/>")
+        with pytest.raises(broker.BrokerError) as info:  # not after the busy timeout
+            with tutorial.transaction() as nested:
+                nested.send(handle, REQUEST, "<nested/>")
+        assert info.value.number == 1222
+        assert "this thread's own open transaction" in str(info.value)
+        with pytest.raises(broker.BrokerError) as info:
+            tutorial.create_queue("MadeMeanwhile")  # DDL runs in a transaction of its own
+        assert info.value.number == 1222
+    assert [m.message_body for m in tutorial.queue_rows(TARGET_QUEUE)][-1] == b"<kept/>"
+
+
+class _InterruptedConnection(sqlite3.Connection):
+    """Raises KeyboardInterrupt (a Ctrl-C) in ``commit``: before or after committing."""
+
+    interrupt: str | None = None
+
+    def commit(self) -> None:
+        when, _InterruptedConnection.interrupt = _InterruptedConnection.interrupt, None
+        if when == "before":
+            raise KeyboardInterrupt
+        super().commit()
+        if when == "after":
+            raise KeyboardInterrupt
+
+
+@sqlite_only
+@pytest.mark.parametrize("when", ["before", "after"])
+@pytest.mark.parametrize("first", [True, False], ids=["first-message", "later-message"])
+def test_ctrl_c_in_a_commit_is_raised_as_it_is_and_the_outcome_is_whole(db_url: str, when: str,
+                                                                         first: bool) -> None:
+    # The first message of a dialog makes its target's group through SQLAlchemy, which
+    # then commits; a later one commits on the driver alone.
+    db = broker.connect(db_url, connect_args={"factory": _InterruptedConnection})
+    try:
+        db.create_queue("Q")
+        db.create_service("//s", "Q", ["DEFAULT"])
+        with db.transaction() as tx:
+            handle = tx.begin_dialog("//s", "//s")
+            if not first:
+                tx.send(handle, "DEFAULT", b"earlier")
+        _InterruptedConnection.interrupt = when
+        with pytest.raises(KeyboardInterrupt):  # not a BrokerError: the caller must not take it for a failure
+            with db.transaction() as tx:
+                tx.send(handle, "DEFAULT", b"once")
+        expected = ([] if first else [b"earlier"]) + ([b"once"] if when == "after" else [])
+        assert [m.message_body for m in db.queue_rows("Q")] == expected
+        with db.transaction() as tx:  # the turn and the write lock were given back
+            tx.send(handle, "DEFAULT", b"next")
+        assert [m.message_body for m in db.queue_rows("Q")] == [*expected, b"next"]
+    finally:
+        db.dispose()

@@ -51,36 +51,54 @@ MAX_OPEN_S = 0.005
 _SAVEPOINT = "broker_member"
 
 
-def end_transaction(conn: Connection, *, commit: bool) -> None:
+def end_transaction(conn: Connection, *, commit: bool) -> BaseException | None:
     """Commit or roll back ``conn``'s transaction, wherever it began.
 
     One begun on the driver (``Backend.begin_on_driver``) that SQLAlchemy never saw ends
     on the driver, after the held-back writes (``broker.storage.pending``); once any
     SQLAlchemy statement has run, SQLAlchemy has joined it and ends it.
+
+    An interruption (``KeyboardInterrupt``, ``SystemExit``: a signal handler's) that
+    comes once the driver has committed is returned, not raised: the commit stands, and
+    the caller finishes what a commit needs (the flush, the write lock) before raising
+    it. Anything raised means the transaction is rolled back.
     """
+    driver = conn.connection.dbapi_connection
+    assert driver is not None  # a checked-out connection always has one
     if conn.in_transaction():
         if not commit:
             conn.rollback()
-            return
+            return None
         try:
             conn.commit()
         except BaseException:
-            conn.rollback()  # a failed commit leaves SQLAlchemy's transaction to be rolled back
+            # A failed commit leaves SQLAlchemy's transaction to be rolled back. Nothing
+            # tells whether an interruption came after the commit: SQLAlchemy may have
+            # rolled the driver back itself. Reported as not committed.
+            conn.rollback()
             raise
-        return
-    driver = conn.connection.dbapi_connection
-    assert driver is not None  # a checked-out connection always has one
+        return None
     if commit:
         try:
             pending.flush(conn)
             driver.commit()
-        except BaseException:
+        except BaseException as exc:
+            if _stood(exc, driver):
+                pending.discard(conn)
+                return exc
             driver.rollback()
             pending.discard(conn)
             raise
     else:
         driver.rollback()
         pending.discard(conn)
+    return None
+
+
+def _stood(exc: BaseException, driver: Any) -> bool:
+    """Whether ``exc``, raised while committing, is an interruption that came after the
+    commit was made (the driver then has no transaction open: nothing rolled it back)."""
+    return not isinstance(exc, Exception) and not driver.in_transaction
 
 
 @dataclass(eq=False, slots=True)
@@ -223,8 +241,9 @@ class WriteGroup:
         its members wake."""
         conn = self._connection()
         error: BaseException | None = None
+        interrupted: BaseException | None = None
         try:
-            end_transaction(conn, commit=True)
+            interrupted = end_transaction(conn, commit=True)
         except BaseException as exc:  # noqa: BLE001 - handed to every member
             error = exc
         try:
@@ -232,9 +251,13 @@ class WriteGroup:
             self._backend.ended(conn, committed=committed, meanwhile=self._next)
         except BaseException as exc:  # noqa: BLE001 - a failed flush: not durable, say so to every member
             error = error or exc
-        self._wake(physical, error)
+        # The other members get a numbered error; this thread's own interruption (Ctrl-C)
+        # is raised as it is, and raised after the commit that it did not stop.
+        self._wake(physical, None if error is None else _reported(error))
         if error is not None:
-            raise _reported(error)
+            raise error if not isinstance(error, Exception) else _reported(error)
+        if interrupted is not None:
+            raise interrupted
 
     def _abandon(self, conn: Connection, physical: _Physical) -> None:
         """A member's work could not be undone alone: the whole physical transaction is
@@ -270,6 +293,10 @@ class WriteGroup:
         return self._conn
 
     def _take_turn(self) -> None:
+        if self._turn.holder == threading.get_ident():  # waiting would wait for itself
+            raise BrokerError(1222, "Lock request time out period exceeded. (this thread's own open transaction "
+                                    "holds the turn to write: a second transaction of the same thread waits for "
+                                    "it for ever; use the open one)")
         if not self._turn.acquire(self._backend.busy_timeout_s):
             raise BrokerError(1222, f"Lock request time out period exceeded. (no turn to write within "
                                     f"{self._backend.busy_timeout_s:g} s: another transaction of this process "
@@ -306,5 +333,5 @@ def _driver(conn: Connection) -> Any:
     return driver
 
 
-def _reported(error: BaseException) -> BaseException:
+def _reported(error: BaseException) -> BrokerError:
     return error if isinstance(error, BrokerError) else as_broker_error(error)

@@ -71,6 +71,8 @@ class Turn:
         self._mutex = threading.Lock()
         self._held = False
         self._queue: collections.deque[_Waiter] = collections.deque()
+        # The thread that took it last (``threading.get_ident``), while it is held.
+        self.holder: int | None = None
 
     @property
     def waiting(self) -> int:
@@ -84,20 +86,23 @@ class Turn:
         with self._mutex:
             if not self._held:
                 self._held = True
+                self.holder = threading.get_ident()
                 return True
             waiter = _Waiter()
             self._queue.append(waiter)
-        if waiter.wake.acquire(timeout=max(0.0, timeout)):
-            return True
-        with self._mutex:
-            try:
-                self._queue.remove(waiter)
-            except ValueError:  # handed over just as the wait ran out: keep it
-                return True
-        return False
+        if not waiter.wake.acquire(timeout=max(0.0, timeout)):
+            with self._mutex:
+                try:
+                    self._queue.remove(waiter)
+                    return False
+                except ValueError:  # handed over just as the wait ran out: keep it
+                    pass
+        self.holder = threading.get_ident()
+        return True
 
     def release(self) -> None:
         with self._mutex:
+            self.holder = None
             if self._queue:
                 self._queue.popleft().wake.release()  # still held: now by that thread
             else:

@@ -628,3 +628,26 @@ def test_drop_service_with_open_dialogs_tells_the_far_side(tutorial: broker.Brok
     # Spec 13.1: the far-side code for a dropped service is taken to be -8470.
     assert broker.parse_error(error.message_body)[0] == -8470
     assert endpoint(db, handle)["state"] == "ER"  # type: ignore[index]
+
+
+def test_queues_named_like_the_internal_tables_of_later_queues_take_nothing_from_them(db: broker.Broker) -> None:
+    # A queue's internal table is queue_messages_<its object id>, in the namespace of the
+    # queues' views: the next queues take ids whose names are free.
+    db.create_queue("First")
+    taken = max(row["object_id"] for row in db.catalog("sys.service_queues")) + 2  # the next queue's id
+    names = [f"queue_messages_{taken}", f"queue_messages_{taken + 6}", f"ix_queue_messages_{taken + 8}_ready",
+             "Later", "AndAnother"]
+    for name in names:
+        db.create_queue(name)
+        db.create_service(f"//{name}", name, ["DEFAULT"])
+    with db.transaction() as tx:
+        for name in names:
+            tx.send(tx.begin_dialog(f"//{name}", f"//{name}"), "DEFAULT", name.encode())
+    for name in names:
+        assert [m.message_body for m in db.queue_rows(name)] == [name.encode()]
+    ids = [row["object_id"] for row in db.catalog("sys.service_queues")]
+    assert len(set(ids)) == len(ids)
+    first_table = db.catalog("sys.service_queues", name="First")[0]["object_id"]
+    with pytest.raises(broker.BrokerError) as info:  # an internal table that exists is an object
+        db.create_queue(f"queue_messages_{first_table}")
+    assert info.value.number == 2714

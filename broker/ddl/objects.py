@@ -139,6 +139,8 @@ def create_queue(
     queue_name = validate_queue_name(name)
     # The queue and its internal table each take an object id (sys.internal_tables).
     object_id = next_id(ctx, ServiceQueue.object_id, ServiceQueue.internal_table_object_id)
+    while _storage_names_taken(ctx, object_id, queue_name):  # a user's queue is named like one of them
+        object_id += 2
     view_name = ctx.state.backend.queue_view_name(queue_name, object_id)
     if ctx.catalog.queue_named(queue_name) is not None or ctx.state.backend.object_name_taken(ctx.conn, view_name):
         raise BrokerError(2714, name=queue_name)
@@ -158,6 +160,16 @@ def create_queue(
     create_queue_storage(ctx.conn, view_name, table_name)
     ctx.conn.execute(insert(ServiceQueue).values(**values))
     ctx.catalog_changed()
+
+
+def _storage_names_taken(ctx: TxContext, object_id: int, queue_name: str) -> bool:
+    """Whether the internal table of queue ``object_id``, or one of its indexes, would take
+    a name in use or the new queue's own: user queues' views share their namespace (SQL
+    Server keeps internal tables apart, in ``sys``)."""
+    table = queue_table(internal_table_name(object_id))
+    names = (table.name, *(str(index.name) for index in table.indexes))
+    return queue_name.lower() in (name.lower() for name in names) or any(
+        ctx.state.backend.object_name_taken(ctx.conn, name) for name in names)
 
 
 def alter_queue(

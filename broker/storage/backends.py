@@ -275,7 +275,8 @@ class Backend:
         return queue_name
 
     def object_name_taken(self, conn: Connection, name: str) -> bool:
-        """Whether a table or view called ``name`` exists (case-insensitively, like SQL Server)."""
+        """Whether a table, view or index called ``name`` exists (case-insensitively, like
+        SQL Server)."""
         found = conn.execute(text("SELECT 1 FROM sqlite_master WHERE lower(name) = lower(:n)"), {"n": name})
         return found.first() is not None
 

@@ -247,9 +247,11 @@ class PostgresBackend(Backend):
         return head + suffix
 
     def object_name_taken(self, conn: Connection, name: str) -> bool:
+        """PostgreSQL: any relation of the current schema (tables, views, indexes and
+        sequences share one namespace)."""
         found = conn.execute(text(
-            "SELECT 1 FROM information_schema.tables "
-            "WHERE lower(table_name) = lower(:n) AND table_schema = current_schema()"
+            "SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE lower(c.relname) = lower(:n) AND n.nspname = current_schema()"
         ), {"n": name})
         return found.first() is not None
 

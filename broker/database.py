@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Engine, Table, bindparam, func, select, text
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from broker import arguments
@@ -37,6 +38,7 @@ from broker.runtime.runner import DEFAULT_POLL_S, Runtime
 from broker.runtime.transmitter import Transmitter
 from broker.storage import schema
 from broker.storage.context import TxContext
+from broker.storage.driver_errors import as_broker_error
 from broker.storage.engine import create_broker_engine
 from broker.storage.models import BrokerDatabase, ConversationEndpoint, TransmissionQueueEntry
 from broker.storage.queue_tables import queue_table
@@ -83,7 +85,11 @@ def connect(url: str = "sqlite:///broker.db", *, upgrade: bool = True, **engine_
     upgrade = arguments.flag(upgrade, "upgrade")
     engine = create_broker_engine(url, **engine_options)
     if upgrade:
-        schema.ensure_current(engine)
+        try:
+            schema.ensure_current(engine)
+        except DBAPIError as exc:  # the server cannot be reached, the login or the database is refused
+            engine.dispose()
+            raise as_broker_error(exc) from exc
     return Broker(engine)
 
 

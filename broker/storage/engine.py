@@ -51,6 +51,8 @@ def create_broker_engine(url: str, **kwargs: Any) -> Engine:
         module = exc.name or parsed.get_driver_name()
         hint = INSTALL.get(module, f"pip install {module}")
         raise BrokerError(DRIVER_MISSING, driver=module, hint=hint) from exc
+    except (ArgumentError, ValueError, TypeError) as exc:  # a query parameter or engine option it cannot take
+        raise _bad_url(url, f"{exc} (a parameter of the URL or an engine option)") from None
     if parsed.get_backend_name() == "sqlite":
         _report_unusable_file(engine, parsed.database or "")
     pending.install(engine)  # first: held-back writes are flushed before the backend's commit
@@ -72,6 +74,8 @@ def parse_url(url: object) -> URL:
         parsed = make_url(url)
     except ArgumentError:
         raise _bad_url(url, f"it is not of the form BACKEND://... ; give {SUPPORTED}") from None
+    except ValueError as exc:  # a port that is not a number, an unclosed IPv6 bracket
+        raise _bad_url(url, str(exc)) from None
     backend = parsed.get_backend_name()
     if backend not in DRIVERS:
         raise _bad_url(url, f"the broker runs on {SUPPORTED}, not on {backend}")

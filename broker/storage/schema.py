@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import text
 
+from broker.errors import BrokerError
 from broker.storage.backends import backend_for
 
 if TYPE_CHECKING:
@@ -111,6 +112,13 @@ def ensure_current(engine: Engine) -> None:
     """Upgrade the database to head unless it is there already (checked without Alembic,
     on a snapshot: opening a database at head never waits for a writer)."""
     with backend_for(engine).snapshot_connection(engine) as conn:
-        at_head = stored_revisions(conn) == (HEAD_REVISION,)
-    if not at_head:
-        upgrade(engine)
+        stored = stored_revisions(conn)
+    if stored == (HEAD_REVISION,):
+        return
+    known = {revision for revision, _down, _doc in history()}
+    newer = [revision for revision in stored if revision not in known]
+    if newer:  # a later release upgraded it: this one cannot read it, nor downgrade it
+        raise BrokerError(948, f"The database cannot be opened because it is version {', '.join(newer)}. "
+                               f"This release supports version {HEAD_REVISION} and earlier. A downgrade path "
+                               f"is not supported (use the release that upgraded it: broker downgrade).")
+    upgrade(engine)

@@ -15,7 +15,7 @@ import socket
 import ssl
 import threading
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -285,6 +285,12 @@ def test_a_new_certificate_names_its_subject_and_is_fit_for_pinning() -> None:
 @pytest.mark.parametrize(("arguments", "number"), [
     ({"name": ""}, 1038), ({"name": "x" * 129}, 103), ({"name": 5}, 206),
     ({"name": "n", "days": 0}, 59002), ({"name": "n", "days": "1"}, 206), ({"name": "n", "start_date": "now"}, 206),
+    ({"name": "x" * 65}, 103),  # X.509 bounds a common name to 64 characters
+    # moments a certificate cannot hold: before 1950, past 9999 (the default expiry too)
+    ({"name": "n", "start_date": datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=5)))}, 59002),
+    ({"name": "n", "start_date": datetime(1949, 1, 1), "expiry_date": datetime(1950, 6, 1)}, 59002),
+    ({"name": "n", "start_date": datetime.max}, 59002),
+    ({"name": "n", "expiry_date": datetime.max.replace(tzinfo=timezone(timedelta(hours=-5)))}, 59002),
 ])
 def test_create_certificate_checks_its_arguments(arguments: dict[str, object], number: int) -> None:
     with pytest.raises(BrokerError) as error:

@@ -33,7 +33,7 @@ from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from broker import arguments
-from broker.errors import MISSING_OPTION, BrokerError, InvalidArgumentError
+from broker.errors import MISSING_OPTION, OUT_OF_RANGE, BrokerError, InvalidArgumentError
 
 # What a PEM is given as: its content (bytes, or a str holding "-----BEGIN") or a file path.
 PemSource = str | bytes | os.PathLike[str]
@@ -47,6 +47,9 @@ LONGEST_VALIDITY_DAYS = 36_525  # a hundred years
 # A new certificate is valid from a few minutes back, so that a peer whose clock runs a
 # little behind accepts it at once.
 _CLOCK_SKEW = timedelta(minutes=5)
+# The moments an X.509 validity can name (UTCTime from 1950, GeneralizedTime to 9999).
+_FIRST_VALID = datetime(1950, 1, 1, tzinfo=UTC)
+_LAST_VALID = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
 
 
 def create_certificate(name: str, *, days: int = 365, start_date: datetime | None = None,
@@ -58,13 +61,17 @@ def create_certificate(name: str, *, days: int = 365, start_date: datetime | Non
     (default: now) until ``expiry_date`` (default: ``days`` days later; 15297 if it is
     not after the start). The key is EC P-256, which TLS 1.2 and 1.3 take.
     """
-    name = arguments.object_name(name, "certificate")
+    # X.509 bounds a common name to 64 characters (SQL Server on Linux enforces it too).
+    name = arguments.text(name, "certificate subject", longest=64, empty=False)
     days = arguments.integer(days, "the certificate's days of validity", minimum=1, maximum=LONGEST_VALIDITY_DAYS)
-    for clause, moment in (("START_DATE", start_date), ("EXPIRY_DATE", expiry_date)):
-        if moment is not None and not isinstance(moment, datetime):
-            raise arguments.wrong_type(clause, moment, "datetime")
-    start = datetime.now(UTC) - _CLOCK_SKEW if start_date is None else _aware(start_date)
-    end = start + timedelta(days=days) if expiry_date is None else _aware(expiry_date)
+    start = datetime.now(UTC) - _CLOCK_SKEW if start_date is None else _validity_moment("START_DATE", start_date)
+    if expiry_date is not None:
+        end = _validity_moment("EXPIRY_DATE", expiry_date)
+    elif start <= _LAST_VALID - timedelta(days=days):
+        end = start + timedelta(days=days)
+    else:
+        raise InvalidArgumentError(OUT_OF_RANGE, f"The EXPIRY_DATE, {days} days after the START_DATE, would lie past "
+                                                 f"{_LAST_VALID:%Y-%m-%d}: give an EXPIRY_DATE.")
     if end <= start:
         raise BrokerError(INVALID_KEY_DATA, f"{_INVALID_DATA_TEXT} The EXPIRY_DATE ({end:%Y-%m-%d %H:%M:%S}) must "
                                             f"come after the START_DATE ({start:%Y-%m-%d %H:%M:%S}).")
@@ -314,3 +321,17 @@ def _first_line(exc: BaseException) -> str:
 
 def _aware(moment: datetime) -> datetime:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def _validity_moment(clause: str, moment: object) -> datetime:
+    """START_DATE or EXPIRY_DATE as UTC, within what an X.509 validity can hold (59002)."""
+    if not isinstance(moment, datetime):
+        raise arguments.wrong_type(clause, moment, "datetime")
+    try:
+        utc = _aware(moment)
+    except OverflowError:  # an offset that moves it past year 1 or 9999
+        utc = None
+    if utc is None or not _FIRST_VALID <= utc <= _LAST_VALID:
+        raise InvalidArgumentError(OUT_OF_RANGE, f"The {clause} {moment} lies outside what a certificate can hold: "
+                                                 f"{_FIRST_VALID:%Y-%m-%d} to {_LAST_VALID:%Y-%m-%d %H:%M:%S} UTC.")
+    return utc

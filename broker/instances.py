@@ -17,6 +17,7 @@ step (its endpoint refuses messages for a mirror with that copy).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import uuid
 from collections.abc import Callable, Iterable
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, cast
 
 from sqlalchemy import Table, delete, func, insert, select
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, make_url
 
 from broker import arguments
 from broker.database import Broker, connect
@@ -37,6 +38,7 @@ from broker.errors import MISSING_OPTION, BrokerError, InvalidArgumentError
 from broker.runtime.instance import InstanceRuntime
 from broker.runtime.runner import DEFAULT_POLL_S
 from broker.storage.context import TxContext
+from broker.storage.engine import parse_url
 from broker.storage.models import InstanceDatabase
 from broker.storage.served import read_in, run_in
 
@@ -64,9 +66,11 @@ class Instance:
     def add_database(self, name: str, url: str, *, mirror: bool = False) -> Broker:
         """Attach a broker database to the instance (creating and upgrading it) and return it.
 
-        A name is unique in the instance (1801). A database whose ``service_broker_guid``
-        another enabled member has is attached with its broker disabled (9773), as SQL
-        Server attaches a copy.
+        A name is unique in the instance (1801), and so is a database: the very database
+        a member is (the same SQLite file, the same PostgreSQL server and database) is
+        refused with 1801 too, nothing changed. A database whose ``service_broker_guid``
+        another enabled member has (a copy) is attached with its broker disabled (9773),
+        as SQL Server attaches a copy.
 
         ``mirror=True`` attaches it as the mirror of a database another instance serves as
         principal (spec 8.8): the same database, which both instances open. This instance
@@ -79,6 +83,8 @@ class Instance:
         mirror = arguments.flag(mirror, "mirror")
         if self._row(name) is not None:
             raise BrokerError(1801, f"Database '{name}' already exists. Choose a different database name.")
+        if not mirror:  # checked before opening it: a mirror of a member is 1452, below
+            self._refuse_a_member_again(name, url)
         database = self._member(connect(url))  # refuses a URL it cannot use, with a number
         url = _absolute(database.engine.url)
         me = self.msdb.service_broker_guid
@@ -300,6 +306,17 @@ class Instance:
             raise BrokerError(9772, f"The Service Broker in database '{_name_of(self, database)}' cannot be enabled "
                                     f"because there is already an enabled Service Broker ('{twin}') with the same ID.")
 
+    def _refuse_a_member_again(self, name: str, url: str) -> None:
+        """1801 when ``url`` names the very database a member is (under any URL): attached
+        twice, the two would share one broker id, and the 9773 rule for a copy would
+        disable the member that is already there."""
+        wanted = parse_url(url)  # 59011 for a URL of the wrong form, as connect() says
+        rows = read_in(self.msdb, lambda ctx: list(ctx.conn.execute(select(_members.c.name, _members.c.url))))
+        member = next((row.name for row in rows if _same_database(wanted, make_url(row.url))), None)
+        if member is not None:
+            raise BrokerError(1801, f"Database '{name}' already exists: it is the database of member '{member}'. "
+                                    "Choose a different database.")
+
     def _row(self, name: str) -> Any:
         return read_in(self.msdb, 
             lambda ctx: ctx.conn.execute(select(_members).where(_members.c.name == name)).first())
@@ -391,6 +408,24 @@ def _name_of(instance: Instance, database: Broker) -> str:
 
 def _enabled(database: Broker) -> bool:
     return bool(database.catalog("sys.databases")[0]["is_broker_enabled"])
+
+
+def _same_database(one: URL, other: URL) -> bool:
+    """Whether two URLs name one database: the same SQLite file (by inode when both
+    exist, else by absolute path; a ``file:`` URI only as written), or the same
+    PostgreSQL server, port and database."""
+    if one.get_backend_name() != other.get_backend_name():
+        return False
+    if one.get_backend_name() != "sqlite":
+        return (one.host or "localhost", one.port or 5432, one.database) == (
+            other.host or "localhost", other.port or 5432, other.database)
+    first, second = one.database or "", other.database or ""
+    if first.startswith("file:") or second.startswith("file:"):
+        return first == second
+    try:
+        return os.path.samefile(first, second)  # stat only: opening would drop this process's locks
+    except OSError:
+        return Path(first).resolve() == Path(second).resolve()
 
 
 def _absolute(url: URL) -> str:

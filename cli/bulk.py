@@ -13,6 +13,7 @@ import click
 
 from cli.importing import Importer, chunks, destination, file_size
 from cli.jsonl import message_line
+from cli.outputs import refuse_database_files, replaced
 from cli.params import CONTRACT, QUEUE, SERVICE, FilePath, Name, count_range
 from cli.progress import Meter
 from cli.render import plural
@@ -37,7 +38,9 @@ def export(state: CliState, queue: str, file: str, page_size: int) -> None:
     peek` shows them (status is the stored status). message_body is the body as text when
     it is UTF-8 and base64 otherwise; message_body_encoding says which ("utf-8",
     "base64", or null for no body). The queue is read --page-size rows at a time, each
-    page in its own short transaction. FILE "-" is stdout.
+    page in its own short transaction. FILE "-" is stdout. FILE is written whole or not
+    at all (a new file renamed into place at the end), and never one of the database's
+    own files.
 
     \b
     Example:
@@ -45,8 +48,9 @@ def export(state: CliState, queue: str, file: str, page_size: int) -> None:
       broker export TargetQueue1DB - | jq -r .message_body
     """
     db = state.db()
+    refuse_database_files(file, state)
     total = sum(db.queue_counts(queue).values())  # error 208 before FILE is created
-    with Meter(f"exporting {queue}", total=total) as meter, click.open_file(file, "w", encoding="utf-8") as out:
+    with Meter(f"exporting {queue}", total=total) as meter, replaced(file) as out:
         written = 0
         for message in db.iter_queue_rows(queue, page_size):
             out.write(json.dumps(message_line(message)) + "\n")
@@ -102,7 +106,6 @@ def import_(
     """
     db = state.db()
     importer = Importer(db, destination(db, target), from_service, contract, new_dialogs, file)
-    imported = 0
     with (
         click.open_file(file, "rb") as lines,
         Meter(f"importing into {target}", total=file_size(lines), counted=False) as meter,
@@ -111,10 +114,10 @@ def import_(
             sends = [send for number, raw in chunk if (send := importer.prepared(number, raw)) is not None]
             with db.transaction() as tx:
                 for send in sends:
-                    importer.send(tx, send, imported)
-            imported += len(sends)
-            meter.advance(sum(len(raw) for _, raw in chunk), description=f"imported {imported}")
-    click.echo(f"imported {plural(imported, 'message')} into {target}")
+                    importer.send(tx, send)
+            importer.imported += len(sends)
+            meter.advance(sum(len(raw) for _, raw in chunk), description=f"imported {importer.imported}")
+    click.echo(f"imported {plural(importer.imported, 'message')} into {target}")
 
 
 COMMANDS = (export, import_)

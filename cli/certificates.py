@@ -7,9 +7,13 @@ from pathlib import Path
 
 import click
 
-from cli.params import CERTIFICATE, FilePath
+from cli.params import FilePath, Name
 
 DAYS_MAX = 36_525  # the library's limit: a hundred years
+# X.509's ub-common-name: the subject CN=NAME holds at most 64 characters, fewer than a
+# sysname's 128 (checked here too, as a usage error naming the argument).
+COMMON_NAME_MAX = 64
+CERTIFICATE_SUBJECT = Name("certificate", longest=COMMON_NAME_MAX)
 
 
 @click.group("certificate")
@@ -23,13 +27,13 @@ def certificate() -> None:
 
 
 @certificate.command("create")
-@click.argument("name", type=CERTIFICATE)
+@click.argument("name", type=CERTIFICATE_SUBJECT)
 @click.option("--days", type=click.IntRange(1, DAYS_MAX), default=365, show_default=True,
               help="How long the certificate is valid, from now.")
 @click.option("--directory", type=FilePath(exists=True, file_okay=False), default=".", show_default=True,
               help="The folder to write NAME.crt and NAME.key in.")
 def create_certificate(name: str, days: int, directory: str) -> None:
-    """Make a key pair and a self-signed certificate whose subject is CN=NAME.
+    """Make a key pair and a self-signed certificate whose subject is CN=NAME (at most 64 characters).
 
     Writes DIRECTORY/NAME.crt (the certificate, PEM: give it to the peers that are to
     trust this endpoint, for their --trust) and DIRECTORY/NAME.key (the private key, PEM,

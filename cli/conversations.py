@@ -10,7 +10,9 @@ import click
 from click.core import ParameterSource
 
 import broker
+from broker import arguments
 from broker.arguments import BIGINT_MAX, INT_MAX
+from broker.errors import InvalidArgumentError
 from cli.params import (
     BODY,
     CONTRACT,
@@ -23,9 +25,10 @@ from cli.params import (
     Seconds,
     Text,
     count_range,
+    read_at_most,
 )
 from cli.progress import Meter
-from cli.render import emit, json_option, message_dict
+from cli.render import emit, flush_stdout, json_option, message_dict
 from cli.state import CliState, pass_state
 
 MESSAGE_COLUMNS = (
@@ -98,7 +101,7 @@ def send(
     if body is not None and body_file is not None:
         raise click.UsageError("give --body or --body-file, not both")
     ends = _dialog_ends(ctx, from_service, to_service, handles)
-    payload = body if body is not None else body_file.read() if body_file else None
+    payload = body if body is not None else _body_of(body_file) if body_file else None
     state: CliState = ctx.obj
     db = state.db()
     with Meter("sending", total=count, shown=count > 1) as meter:
@@ -116,6 +119,14 @@ def send(
             meter.advance(size)
     for handle in handles:
         click.echo(handle)
+
+
+def _body_of(file: BinaryIO) -> bytes:
+    """A --body-file's bytes: 8459 past the largest body, read no further (/dev/zero ends)."""
+    payload = read_at_most(file, arguments.MAX_BODY_BYTES)
+    if payload is None:
+        raise InvalidArgumentError(8459)
+    return payload
 
 
 def _batch_sizes(count: int, batch: int) -> Iterator[int]:
@@ -183,7 +194,8 @@ def receive(
     """Receive messages from a queue (RECEIVE).
 
     Returns the ready messages of one conversation group, in order; they leave the
-    queue when the command commits (with RETENTION ON they stay, with status 0).
+    queue when the command commits, once they are printed (with RETENTION ON they stay,
+    with status 0). When the output cannot be written, nothing is received.
     --handle or --group picks the conversation or group (RECEIVE ... WHERE).
 
     \b
@@ -199,7 +211,10 @@ def receive(
         finished = _ended_by_far_side(messages) if end_ended else []
         for ended in finished:
             tx.end_conversation(ended)
-    emit(map(message_dict, messages), MESSAGE_COLUMNS, as_json=as_json)
+        # Printed before the commit: output that cannot be written (a full disk, a closed
+        # pipe) rolls the RECEIVE back instead of losing the messages.
+        emit(map(message_dict, messages), MESSAGE_COLUMNS, as_json=as_json)
+        flush_stdout()
     for ended in finished:
         click.echo(f"ended conversation {ended}", err=True)
 

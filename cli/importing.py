@@ -83,6 +83,7 @@ class Importer:
         self.contract = contract
         self.new_dialogs = new_dialogs
         self.file_name = "stdin" if file == "-" else file
+        self.imported = 0  # messages committed so far: a failure says how many stay sent
         self._checked: uuid.UUID | None = None  # the last handle found to go to the destination
 
     def prepared(self, number: int, raw: bytes) -> _Send | None:
@@ -106,7 +107,8 @@ class Importer:
     def _new_dialog(self, number: int, line: dict[str, Any]) -> tuple[str, str, str]:
         """(from, to, contract) of the dialog a line begins."""
         if self.from_service is None:
-            raise click.UsageError(f"{self.file_name} line {number} begins a dialog: give --from")
+            raise click.UsageError(f"{self.file_name} line {number} begins a dialog: give --from "
+                                   f"({self._before()})")
         to_service = self.destination.service_for(line)
         if to_service is None:
             raise self._bad(
@@ -117,7 +119,7 @@ class Importer:
         contract = self.contract or self._name(number, line, "service_contract_name", "contract")
         return self.from_service, to_service, contract or "DEFAULT"
 
-    def send(self, tx: broker.Transaction, send: _Send, imported: int) -> None:
+    def send(self, tx: broker.Transaction, send: _Send) -> None:
         """BEGIN DIALOG if needed and SEND; a failure names the line."""
         try:
             handle = (
@@ -129,8 +131,7 @@ class Importer:
         except broker.BrokerError as exc:
             raise broker.BrokerError(
                 exc.number,
-                f"{exc.message} ({self.file_name} line {send.number}; "
-                f"{plural(imported, 'message')} imported before its batch)",
+                f"{exc.message} ({self.file_name} line {send.number}; {self._before()})",
             ) from exc
 
     def _handle(self, number: int, value: object) -> uuid.UUID | None:
@@ -148,7 +149,8 @@ class Importer:
             missing = broker.ConversationNotFoundError(handle)
             raise broker.BrokerError(
                 missing.number,
-                f"{missing.message} ({self.file_name} line {number}; an exported file needs --new-dialogs)",
+                f"{missing.message} ({self.file_name} line {number}; an exported file needs --new-dialogs; "
+                f"{self._before()})",
             )
         if rows[0]["far_service"] not in self.destination.services:
             raise self._bad(
@@ -176,7 +178,11 @@ class Importer:
             raise self._bad(number, str(exc)) from None
 
     def _bad(self, number: int, why: str) -> BadLine:
-        return BadLine(f"{self.file_name} line {number}: {why}")
+        return BadLine(f"{self.file_name} line {number}: {why} ({self._before()})")
+
+    def _before(self) -> str:
+        """How many messages stay sent when a line stops the import: the batches committed."""
+        return f"{plural(self.imported, 'message')} imported before its batch"
 
 
 def chunks(file: IO[bytes], batch: int) -> Iterator[list[tuple[int, bytes]]]:

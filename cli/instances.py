@@ -40,7 +40,9 @@ def database() -> None:
 def add(state: CliState, name: str, url: str, mirror: bool) -> None:
     """Attach the database at URL to the instance as NAME, creating and upgrading it.
 
-    A SQLite file's path is stored absolute. A database whose broker instance
+    A SQLite file's path is stored absolute. A database that is a member already (the
+    same file or server database, under any URL) is refused (error 1801). A database
+    whose broker instance
     (service_broker_guid) an enabled member already has is attached with its broker
     disabled (error 9773 is logged), as SQL Server attaches a copy: give it a new one
     with `broker --instance URL --database NAME alter database --new-broker`.

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 import broker
-from broker import events
+from broker import arguments, events
 from cli.params import QUEUE, count_range
 from cli.state import CliState, pass_state
 
@@ -39,6 +39,7 @@ def listen(state: CliState, queue: str, count: int | None, as_json: bool) -> Non
     Example:
       broker listen TargetQueue1DB --json | while read -r event; do start-a-reader; done
     """
+    queue = arguments.queue_name(queue)  # dbo.Q and [Q] name Q, as in every other command
     db = state.db()
     names = {row["name"].lower(): row["name"] for row in db.catalog("sys.service_queues")}
     if queue.lower() not in names:

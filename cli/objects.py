@@ -23,6 +23,7 @@ from cli.params import (
     SCHEMA_COLLECTION,
     SERVICE,
     FilePath,
+    read_at_most,
 )
 from cli.queues import alter_queue, create_queue
 from cli.render import F
@@ -181,7 +182,12 @@ def create_xml_schema_collection(state: CliState, name: str, xsd_file: Path) -> 
     Example:
       broker create xml-schema-collection OrderSchemas --file order.xsd
     """
-    state.db().create_xml_schema_collection(name, xsd_file.read_bytes())
+    with xsd_file.open("rb") as file:
+        document = read_at_most(file, arguments.MAX_BODY_BYTES)  # an xml value's limit, as a body's
+    if document is None:
+        raise click.BadParameter(f"{click.format_filename(str(xsd_file))!r} holds more than "
+                                 f"{arguments.MAX_BODY_BYTES} bytes, the most an xml value can", param_hint="'--file'")
+    state.db().create_xml_schema_collection(name, document)
     click.echo(f"created XML schema collection {name}")
 
 

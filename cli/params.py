@@ -8,9 +8,11 @@ finite numbers of seconds, so the command line and the Python API refuse the sam
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import click
 
@@ -237,6 +239,26 @@ class InputFile(click.File):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         _path_text(self, value, param, ctx)
         return super().convert(value, param, ctx)
+
+
+READ_CHUNK = 1 << 20  # bytes per read of a file given on the command line
+
+
+def read_at_most(file: IO[bytes], limit: int) -> bytes | None:
+    """All of ``file``, or None when it holds more than ``limit`` bytes. At most ``limit``
+    + 1 bytes are read (a regular file's size is looked at first), so an endless stream
+    such as ``/dev/zero`` ends too instead of filling the memory."""
+    with contextlib.suppress(OSError, ValueError):  # no descriptor (a test's stream): just read
+        info = os.fstat(file.fileno())
+        if stat.S_ISREG(info.st_mode) and info.st_size - file.tell() > limit:
+            return None
+    parts, size = [], 0
+    while part := file.read(min(READ_CHUNK, limit + 1 - size)):
+        parts.append(part)
+        size += len(part)
+        if size > limit:
+            return None
+    return b"".join(parts)
 
 
 class EndpointValue(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click

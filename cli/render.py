@@ -137,6 +137,12 @@ def emit(
         click.echo(line)
 
 
+def flush_stdout() -> None:
+    """Push what was printed to stdout out now, so a failed write (a full disk, a closed
+    pipe) raises here, while the caller can still undo its work."""
+    sys.stdout.flush()
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return ""

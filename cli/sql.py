@@ -22,7 +22,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 import click
 
-from cli.params import InputFile, Text
+from broker import arguments
+from cli.params import InputFile, Text, read_at_most
 from cli.render import jsonable
 from cli.state import CliState, pass_state
 
@@ -155,10 +156,19 @@ def scripts_given(text: str | None, files: Sequence[IO[bytes]], stdin: IO[bytes]
     if text is not None:
         return [text]
     if files:
-        return [script_text(file.read(), file.name) for file in files]
+        return [script_text(_read_script(file, file.name), file.name) for file in files]
     if stdin.isatty():
         return None
-    return [script_text(stdin.read(), "standard input")]
+    return [script_text(_read_script(stdin, "standard input"), "standard input")]
+
+
+def _read_script(file: IO[bytes], source: str) -> bytes:
+    """A script's bytes, up to nvarchar(max)'s 2 GB (the largest value there is): a usage
+    error past it, read no further (``-f /dev/zero`` ends)."""
+    data = read_at_most(file, arguments.MAX_BODY_BYTES)
+    if data is None:
+        raise click.UsageError(f"{source} holds more than {arguments.MAX_BODY_BYTES} bytes, the most a script can")
+    return data
 
 
 def prompt(session: Session) -> None:

@@ -652,3 +652,174 @@ def test_the_lazy_package_exposes_every_public_name() -> None:
         assert getattr(broker, name) is getattr(sys.modules[broker._HOMES[name]], name)  # type: ignore[attr-defined]
     with pytest.raises(AttributeError):
         broker.no_such_name  # type: ignore[attr-defined]  # noqa: B018
+
+
+# -- what a command must not lose or damage -------------------------------------------------
+
+
+def _sqlite_world(tmp_path: Path) -> tuple[str, broker.Broker]:
+    """A SQLite database at tmp_path/r.db with the baseline's services and its one message."""
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    db = broker.connect(url)
+    db.create_queue("InitiatorQueue")
+    db.create_queue(BASELINE_QUEUE)
+    db.create_service(INITIATOR, "InitiatorQueue")
+    db.create_service(TARGET, BASELINE_QUEUE, ["DEFAULT"])
+    with db.transaction() as tx:
+        tx.send(tx.begin_dialog(INITIATOR, TARGET), body=BASELINE_BODY)
+    return url, db
+
+
+def test_export_refuses_a_file_of_the_database_and_leaves_it_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Exporting into the database's own file (or its -wal, -shm, -lock, -journal, or a link
+    to it) truncated the database: now a usage error, and nothing is touched."""
+    monkeypatch.chdir(tmp_path)
+    url, db = _sqlite_world(tmp_path)
+    (tmp_path / "link.db").symlink_to(tmp_path / "r.db")
+    try:
+        baseline = rows_of(db)
+        for target in ("r.db", str(tmp_path / "r.db"), "./r.db-wal", "r.db-shm", "r.db-lock", "r.db-journal",
+                       "link.db"):
+            sizes = {f.name: f.stat().st_size for f in tmp_path.iterdir() if f.is_file()}
+            line = usage_error(CliRunner().invoke(cli, ["--db", url, "export", BASELINE_QUEUE, target]))
+            assert "is a file of the database" in line, line
+            assert {f.name: f.stat().st_size for f in tmp_path.iterdir() if f.is_file()} == sizes, target
+        assert rows_of(db) == baseline
+        with sqlite3.connect(tmp_path / "r.db") as conn:
+            assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    finally:
+        db.dispose()
+
+
+def test_export_refuses_the_files_of_an_instances_catalog_and_members(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    instance = f"sqlite:///{tmp_path / 'instance.db'}"
+    for name in ("A", "B"):
+        assert CliRunner().invoke(cli, ["--instance", instance, "database", "add", name,
+                                        f"sqlite:///{tmp_path / f'{name}.db'}"]).exit_code == 0
+    member_a = ["--instance", instance, "--database", "A"]
+    assert CliRunner().invoke(cli, [*member_a, "create", "queue", "Q"]).exit_code == 0
+    for target in ("A.db", "B.db", "B.db-wal", "instance.db", "instance.db-lock"):
+        size = (tmp_path / target).stat().st_size if (tmp_path / target).exists() else None
+        usage_error(CliRunner().invoke(cli, [*member_a, "export", "Q", target]))
+        assert ((tmp_path / target).stat().st_size if (tmp_path / target).exists() else None) == size
+    listed = CliRunner().invoke(cli, ["--instance", instance, "database", "list"])
+    assert listed.exit_code == 0 and "A\t" in listed.stdout and "B\t" in listed.stdout
+
+
+def test_an_export_that_fails_leaves_the_file_it_would_replace(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The export is written to a new file renamed into place at the end: a failure on the
+    way leaves the old file as it was, and no partial file behind."""
+    Path("exports").mkdir()
+    target = Path("exports", "out.jsonl")
+    target.write_text("the export of yesterday\n")
+    target.chmod(0o640)
+    from cli import bulk
+
+    def failing(_message: object) -> dict[str, object]:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(bulk, "message_line", failing)
+        assert "No space left" in (well_behaved(invoke(world, "export", BASELINE_QUEUE, str(target))) or "")
+    assert target.read_text() == "the export of yesterday\n"
+    assert sorted(p.name for p in Path("exports").iterdir()) == ["out.jsonl"]
+    assert well_behaved(invoke(world, "export", BASELINE_QUEUE, str(target))) is None
+    [line] = target.read_text().splitlines()
+    assert json.loads(line)["message_body"] == BASELINE_BODY.decode()
+    assert target.stat().st_mode & 0o777 == 0o640  # the replaced file keeps its mode
+    assert sorted(p.name for p in Path("exports").iterdir()) == ["out.jsonl"]
+    world.intact()
+
+
+def test_receive_whose_output_cannot_be_written_receives_nothing(world: World) -> None:
+    """``broker receive Q > /dev/full`` (or into a closed pipe): the RECEIVE is rolled back
+    with the output that failed, so the messages stay on the queue."""
+    with open("/dev/full", "w") as full:
+        process = subprocess.run(
+            [str(BROKER_SCRIPT), "--db", world.url, "receive", BASELINE_QUEUE, "--end"],
+            stdout=full, stderr=subprocess.PIPE, text=True, timeout=120, check=False,
+        )
+    assert process.returncode == 1 and "No space left on device" in process.stderr, process.stderr
+    assert len(process.stderr.splitlines()) == 1 and "Traceback" not in process.stderr
+    world.intact()
+    received = invoke(world, "receive", BASELINE_QUEUE)
+    assert received.exit_code == 0 and BASELINE_BODY.decode() in received.stdout
+
+
+def test_adding_a_member_again_is_1801_and_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same database under another name (a relative path, a link) disabled the member's
+    broker (9773's rule for a copy): now 1801. A copy is still attached, disabled."""
+    monkeypatch.chdir(tmp_path)
+    instance = ["--instance", f"sqlite:///{tmp_path / 'instance.db'}"]
+    assert CliRunner().invoke(cli, [*instance, "database", "add", "A", f"sqlite:///{tmp_path / 'a.db'}"]).exit_code == 0
+    (tmp_path / "link.db").symlink_to(tmp_path / "a.db")
+
+    def listing() -> str:
+        listed = CliRunner().invoke(cli, [*instance, "database", "list"])
+        assert listed.exit_code == 0, listed.stderr
+        return listed.stdout
+
+    before = listing()
+    for url in ("sqlite:///a.db", "sqlite:///./link.db", f"sqlite:///{tmp_path / 'a.db'}"):
+        line = broker_error(CliRunner().invoke(cli, [*instance, "database", "add", "B", url]), 1801)
+        assert "member 'A'" in line, line
+        assert listing() == before
+    inst = broker.instance(f"sqlite:///{tmp_path / 'instance.db'}")
+    try:
+        assert list(inst.databases) == ["A"]
+        assert inst.catalog("sys.databases")[0]["is_broker_enabled"]
+    finally:
+        inst.dispose()
+
+
+def test_a_file_option_reads_no_further_than_the_largest_value(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An endless stream (/dev/zero) read until the memory ran out: now a body past the
+    largest is 8459, and an XSD or a script past it a usage error, read no further."""
+    monkeypatch.setattr(arguments, "MAX_BODY_BYTES", 1000)  # instead of 2 GB of zeros
+    Path("largest.bin").write_bytes(b"x" * 1000)
+    Path("larger.bin").write_bytes(b"x" * 1001)
+    broker_error(invoke(world, *SEND, "--body-file", "/dev/zero"), 8459)
+    broker_error(invoke(world, *SEND, "--body-file", "larger.bin"), 8459)
+    broker_error(invoke(world, *SEND, "--body-file", "-", input=b"x" * 1001), 8459)
+    assert well_behaved(invoke(world, *SEND, "--body-file", "largest.bin")) is None
+    assert [m.message_body for m in world.db.queue_rows(SCRATCH_QUEUE)] == [b"x" * 1000]
+    assert "1000 bytes" in usage_error(invoke(world, "create", "xml-schema-collection", "X", "--file", "/dev/zero"))
+    assert "1000 bytes" in usage_error(invoke(world, "sql", "-f", "/dev/zero"))
+    assert "1000 bytes" in usage_error(invoke(world, "sql", input=b"-" * 1001))
+    world.intact()
+
+
+def test_import_stopped_by_a_bad_line_says_what_it_sent(world: World) -> None:
+    good = [json.dumps({"message_body": f"line {n}"}) for n in range(1, 4)]
+    lines = "\n".join([*good, "{not json"]) + "\n"
+    line = well_behaved(invoke(world, "import", SCRATCH, "-", "--from", INITIATOR, "--batch", "2", input=lines))
+    assert line is not None and line.startswith("error: stdin line 4: not JSON"), line
+    assert line.endswith("(2 messages imported before its batch)"), line
+    assert len(world.db.queue_rows(SCRATCH_QUEUE)) == 2  # line 3 went with line 4's batch
+    world.intact()
+
+
+@pytest.mark.parametrize("spelling", [f"dbo.{SCRATCH_QUEUE}", f"[{SCRATCH_QUEUE}]", f"dbo.[{SCRATCH_QUEUE.lower()}]"])
+def test_listen_takes_a_queue_as_every_command_does(world: World, spelling: str) -> None:
+    with world.db.transaction() as tx:
+        tx.send(tx.begin_dialog(INITIATOR, SCRATCH), body=b"wake a reader")
+    result = invoke(world, "listen", spelling, "--count", "1")
+    assert well_behaved(result) is None
+    assert f"QUEUE_ACTIVATION\t{SCRATCH_QUEUE}\t" in result.stdout, result.stdout
+
+
+def test_a_certificate_name_longer_than_a_common_name_is_a_usage_error(tmp_path: Path) -> None:
+    """CN=NAME holds at most 64 characters: a longer name escaped as an unexpected ValueError."""
+    too_long = CliRunner().invoke(cli, ["certificate", "create", "c" * 65, "--directory", str(tmp_path)])
+    assert "64" in usage_error(too_long)
+    assert list(tmp_path.iterdir()) == []
+    assert CliRunner().invoke(cli, ["certificate", "create", "c" * 64, "--directory", str(tmp_path)]).exit_code == 0

@@ -56,8 +56,8 @@ CATALOG_VIEWS = (
     "procedures", "symmetric_keys", "database_principals", "server_principals", "certificates",
     "database_permissions", "server_permissions",
 )
-_VIEW_NAME = re.compile(r"^(?:sys\.)?([a-z_]+)$")
-_COLUMN_NAME = re.compile(r"^[a-z_]+$")
+_VIEW_NAME = re.compile(r"^(?:sys\.)?([a-z_]+)\Z")
+_COLUMN_NAME = re.compile(r"^[a-z_]+\Z")
 # Catalog view columns read back as Python types on every backend (SQLite has neither
 # uuid nor timestamp types, so a view would otherwise hand back text).
 _GUID_COLUMNS = ("service_broker_guid", "conversation_handle", "conversation_id", "conversation_group_id",
@@ -128,6 +128,7 @@ class Broker:
         fail together. Use ``db.Session()`` so that, on SQLite, the session's
         transaction starts with ``BEGIN IMMEDIATE`` like the broker's own.
         """
+        _check_joined(session, connection)
         tx = Transaction(self._state, session=session, connection=connection)
         with _ended(tx, joined=session is not None or connection is not None):
             yield tx
@@ -561,6 +562,8 @@ class Broker:
             if _COLUMN_NAME.match(column) is None:
                 raise BrokerError(207, f"Invalid column name '{column}'.")
             arguments.column_value(value, column, _COLUMN_KINDS.get(column))
+            if isinstance(value, bool):  # the views' bit columns are integers (PostgreSQL compares no bool to them)
+                value = int(value)
             conditions.append(f'"{column}" = :where_{number}')
             binds.append(bindparam(f"where_{number}", value, type_=VIEW_COLUMN_TYPES.get(column)))
         sql = f"SELECT * FROM {quoted}" + (f" WHERE {' AND '.join(conditions)}" if conditions else "")
@@ -660,6 +663,17 @@ class Broker:
 
     def __repr__(self) -> str:
         return f"<Broker {self.engine.url.render_as_string(hide_password=True)}>"
+
+
+def _check_joined(session: object, connection: object) -> None:
+    """The caller's transaction to join: a SQLAlchemy ``Session`` or ``Connection``, not both."""
+    if session is not None and not isinstance(session, Session):
+        raise arguments.wrong_type("session", session, "sqlalchemy.orm.Session")
+    if connection is not None and not isinstance(connection, Connection):
+        raise arguments.wrong_type("connection", connection, "sqlalchemy.engine.Connection")
+    if session is not None and connection is not None:
+        raise InvalidArgumentError(MISSING_OPTION, statement="db.transaction()",
+                                   names="session or connection (the transaction to join), not both")
 
 
 @contextmanager

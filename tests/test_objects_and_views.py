@@ -651,3 +651,25 @@ def test_queues_named_like_the_internal_tables_of_later_queues_take_nothing_from
     with pytest.raises(broker.BrokerError) as info:  # an internal table that exists is an object
         db.create_queue(f"queue_messages_{first_table}")
     assert info.value.number == 2714
+
+
+def test_catalog_filters_a_bit_column_by_a_bool(db: broker.Broker) -> None:
+    db.create_queue("Q")
+    db.create_service("//s", "Q", ["DEFAULT"])
+    with db.transaction() as tx:
+        handle = tx.begin_dialog("//s", "//s")
+        tx.send(handle, "DEFAULT", b"x")
+    [initiator] = db.catalog("sys.conversation_endpoints", is_initiator=True)
+    [target] = db.catalog("sys.conversation_endpoints", is_initiator=False)
+    assert initiator["conversation_handle"] == handle and target["conversation_handle"] != handle
+    assert db.catalog("sys.conversation_endpoints", is_initiator=1) == [initiator]
+
+
+@pytest.mark.parametrize(("name", "where", "number"), [
+    ("sys.services\n", {}, 208), ("sys.services", {"name\n": "x"}, 207),
+])
+def test_a_catalog_name_with_a_line_end_is_no_name(db: broker.Broker, name: str, where: dict[str, object],
+                                                   number: int) -> None:
+    with pytest.raises(broker.BrokerError) as info:
+        db.catalog(name, **where)
+    assert info.value.number == number

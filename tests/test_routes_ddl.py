@@ -40,6 +40,7 @@ def test_a_route_with_every_clause_shows_in_sys_routes(db: broker.Broker) -> Non
     ({"address": "TRANSPORT", "service_name": "//svc"}, 9745),
     ({"address": "TCP://host"}, 9744),
     ({"address": "HTTP://host:80"}, 9744),
+    ({"address": "TCP://host:4022\n"}, 9744),  # a line end is no part of an address
     ({"address": ""}, 9659),
     ({"address": "TCP://" + "h" * 250 + ":4022"}, 9660),
     ({"address": "TCP://a:1", "mirror_address": "TCP://b:1"}, 9661),

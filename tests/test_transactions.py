@@ -348,3 +348,22 @@ def test_ctrl_c_in_a_commit_is_raised_as_it_is_and_the_outcome_is_whole(db_url: 
         assert [m.message_body for m in db.queue_rows("Q")] == [*expected, b"next"]
     finally:
         db.dispose()
+
+
+@pytest.mark.parametrize(("options", "number"), [
+    ({"session": 5}, 206), ({"connection": "not a connection"}, 206), ({"session": "x", "connection": None}, 206),
+])
+def test_joining_something_that_is_no_transaction_is_206(tutorial: broker.Broker, options: dict[str, object],
+                                                         number: int) -> None:
+    with pytest.raises(broker.BrokerError) as info:
+        with tutorial.transaction(**options):  # type: ignore[arg-type]
+            pass
+    assert info.value.number == number
+
+
+def test_joining_a_session_and_a_connection_at_once_is_refused(tutorial: broker.Broker) -> None:
+    with tutorial.Session() as session, tutorial.engine.connect() as conn:
+        with pytest.raises(broker.BrokerError) as info:
+            with tutorial.transaction(session=session, connection=conn):
+                pass
+    assert info.value.number == 59004

@@ -23,7 +23,7 @@ from broker.storage.types import GUID, UTCDateTime
 
 INSTANCE_VIEWS = ("service_broker_endpoints", "tcp_endpoints", "dm_broker_connections",
                   "dm_broker_forwarded_messages")
-_VIEW_NAME = re.compile(r"^(?:sys\.)?([a-z_]+)$")
+_VIEW_NAME = re.compile(r"^(?:sys\.)?([a-z_]+)\Z")
 _GUID_COLUMNS = ("connection_id", "transport_stream_id", "peer_arbitration_id", "conversation_id")
 _TIME_COLUMNS = ("connect_time", "login_time", "last_activity_time")
 _KINDS = {**dict.fromkeys(_GUID_COLUMNS, "guid"), **dict.fromkeys(_TIME_COLUMNS, "time")}

@@ -21,7 +21,7 @@ DEFAULT_PORT = 4022
 # A DNS or NetBIOS name: labels of letters, digits and hyphens, dot-separated.
 _HOST_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
                         r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
-_TCP = re.compile(r"^tcp://(?P<host>\[[^\]]*\]|[^:/]*):(?P<port>[0-9]{1,5})(?P<rest>/.*)?$", re.IGNORECASE)
+_TCP = re.compile(r"^tcp://(?P<host>\[[^\]]*\]|[^:/]*):(?P<port>[0-9]{1,5})(?P<rest>/.*)?\Z", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)

@@ -191,16 +191,21 @@ def optional_guid(value: object, what: str) -> uuid.UUID | str | None:
 
 
 def queue_name(value: object) -> str:
-    """A queue's name as T-SQL writes it: ``[dbo.][Queue]``, returned without the
-    ``dbo.`` schema and the brackets (queues live in the one schema ``dbo``)."""
+    """A queue's name as T-SQL writes it: ``[dbo.|[dbo].][Queue]``, returned without the
+    ``dbo`` schema and the brackets, ``]]`` inside them read as ``]`` (queues live in the
+    one schema ``dbo``)."""
     name = text(value, "queue name", empty=False)
-    if name[:4].lower() == "dbo.":
-        name = name[4:]
-    if len(name) > 2 and name[0] == "[" and name[-1] == "]":
-        name = name[1:-1]
+    schema = _DBO.match(name)
+    if schema is not None:
+        name = name[schema.end():]
+    if len(name) >= 2 and name[0] == "[" and name[-1] == "]" and "]" not in name[1:-1].replace("]]", ""):
+        name = name[1:-1].replace("]]", "]")
     if not name:
         raise InvalidArgumentError(1038, what="queue name")
     return name
+
+
+_DBO = re.compile(r"(?:dbo|\[dbo\])\.", re.IGNORECASE)
 
 
 def target_service(value: object) -> str:

@@ -673,3 +673,15 @@ def test_a_catalog_name_with_a_line_end_is_no_name(db: broker.Broker, name: str,
     with pytest.raises(broker.BrokerError) as info:
         db.catalog(name, **where)
     assert info.value.number == number
+
+
+@pytest.mark.parametrize("spelling", ["[dbo].[Spelled]", "[DBO].Spelled", "dbo.[Spelled]", "Dbo.Spelled"])
+def test_a_queue_is_named_with_its_schema_as_t_sql_writes_it(db: broker.Broker, spelling: str) -> None:
+    db.create_queue(spelling)
+    assert [row["name"] for row in db.catalog("sys.service_queues", name="Spelled")] == ["Spelled"]
+    assert db.queue_counts(spelling) == {} and db.queue_rows("[dbo].[Spelled]") == []
+    db.drop_queue(spelling)
+    assert db.catalog("sys.service_queues", name="Spelled") == []
+    with pytest.raises(broker.BrokerError) as info:
+        db.create_queue("[]")
+    assert info.value.number == 1038

@@ -484,3 +484,31 @@ def test_any_body_is_delivered_or_refused_with_9615(db: broker.Broker, validatio
     elif not body or holds_dtd(body):
         assert result == "refused"
     assert db.catalog("sys.transmission_queue") == []
+
+
+@pytest.mark.parametrize(("encoding", "mark"), [
+    ("UTF-16", b""), ("ISO-8859-1", b""), ("UTF-8", codecs.BOM_UTF8), ("UTF-32", b""),
+])
+def test_a_schema_collection_given_as_bytes_is_read_in_its_own_encoding(db: broker.Broker, encoding: str,
+                                                                        mark: bytes) -> None:
+    xsd = (f'<?xml version="1.0" encoding="{encoding}"?>'
+           f'<xs:schema xmlns:xs="http://www.w3.org/2001/XMLSchema"><xs:element name="café" type="xs:string"/>'
+           "</xs:schema>")
+    db.create_xml_schema_collection("Encoded", mark + xsd.encode(encoding))
+    db.create_message_type("//encoded", "VALID_XML", "Encoded")
+    db.create_queue("Q")
+    db.create_contract("//c", {"//encoded": "ANY"})
+    db.create_service("//s", "Q", ["//c"])
+    with db.transaction() as tx:
+        tx.send(tx.begin_dialog("//s", "//s", "//c"), "//encoded", "<café>x</café>".encode())
+        tx.send(tx.begin_dialog("//s", "//s", "//c"), "//encoded", b"<cafe>x</cafe>")  # not of the schema
+    arrived = [(m.message_type_name, m.message_body) for m in db.queue_rows("Q")]
+    assert ("//encoded", "<café>x</café>".encode()) in arrived
+    assert ("//encoded", b"<cafe>x</cafe>") not in arrived  # refused with an Error message instead
+
+
+def test_a_schema_collection_declaring_an_unknown_encoding_is_59007(db: broker.Broker) -> None:
+    xsd = b'<?xml version="1.0" encoding="no-such-encoding"?><xs:schema xmlns:xs="http://www.w3.org/2001/XMLSchema"/>'
+    with pytest.raises(broker.BrokerError) as info:
+        db.create_xml_schema_collection("Unknown", xsd)
+    assert info.value.number == INVALID_SCHEMA

@@ -15,6 +15,7 @@ other URL.
 
 from __future__ import annotations
 
+import codecs
 import re
 import threading
 import uuid
@@ -41,6 +42,10 @@ _REFERENCES = tuple(f"{{{XS}}}{kind}" for kind in ("include", "import", "redefin
 # Where libxml2 finds the collection's documents: URLs only the collection's resolver serves.
 _IN_MEMORY = "urn:servicebroker:xml-schema-collection:"
 _XML_DECLARATION = re.compile(r"\A\ufeff?\s*<\?xml\s.*?\?>", re.DOTALL)
+_DECLARED_ENCODING = re.compile(rb"\A\s*<\?xml\s[^>]*?encoding\s*=\s*[\"']([A-Za-z][A-Za-z0-9._-]*)[\"']")
+# UTF-32's marks first: little-endian UTF-32's begins with UTF-16's.
+_BYTE_ORDER_MARKS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
+                     (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
 
 
 class XmlRefused(Exception):
@@ -164,12 +169,12 @@ def compile_schema(name: str, xsd: str | bytes) -> etree.XMLSchema:
 def _schema_documents(name: str, xsd: str | bytes) -> list[etree._Element]:
     """The ``<xs:schema>`` documents of a collection's text, parsed like a body."""
     try:
-        text = xsd.decode("utf-8") if isinstance(xsd, bytes) else xsd
+        text = xml_text(xsd) if isinstance(xsd, bytes) else xsd
         # SQL Server takes several documents one after another: parse them as the
         # children of one element (which also leaves no room for a DOCTYPE).
         wrapped = f"<collection>{_XML_DECLARATION.sub('', text, count=1)}</collection>".encode()
         collection = parse_xml(wrapped)
-    except (UnicodeError, XmlRefused) as exc:
+    except (UnicodeError, LookupError, XmlRefused) as exc:
         raise InvalidArgumentError(INVALID_SCHEMA, name=name, reason=str(exc)) from None
     schemas = [child for child in collection if isinstance(child.tag, str)]
     stray = [t for t in [collection.text, *(child.tail for child in collection)] if t and t.strip()]
@@ -180,6 +185,16 @@ def _schema_documents(name: str, xsd: str | bytes) -> list[etree._Element]:
                   else "it holds no <xs:schema> document")
         raise InvalidArgumentError(INVALID_SCHEMA, name=name, reason=reason)
     return schemas
+
+
+def xml_text(data: bytes) -> str:
+    """XML bytes as text, in the encoding their byte order mark or XML declaration gives
+    (UTF-8 when neither does), as an XML parser reads them."""
+    for mark, codec in _BYTE_ORDER_MARKS:
+        if data.startswith(mark):
+            return data.decode(codec)
+    declared = _DECLARED_ENCODING.match(data)
+    return data.decode(declared.group(1).decode("ascii") if declared else "utf-8")
 
 
 def _assemble(schemas: list[etree._Element]) -> tuple[bytes, dict[str, bytes]]:

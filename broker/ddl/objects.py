@@ -16,7 +16,7 @@ from broker.arguments import VALIDATIONS
 from broker.conversations import delivery  # a module, not its names: delivery imports this module in turn
 from broker.conversations import endpoints as ep
 from broker.conversations.system_messages import REMOTE_SERVICE_DROPPED
-from broker.conversations.validation import compile_schema
+from broker.conversations.validation import compile_schema, xml_text
 from broker.ddl import principals
 from broker.errors import MISSING_OPTION, SYSTEM_OBJECT, BrokerError, InvalidArgumentError
 from broker.storage.catalog import QueueInfo
@@ -51,7 +51,7 @@ UNSET: Any = object()
 
 def create_xml_schema_collection(ctx: TxContext, name: str, xsd: str | bytes) -> None:
     compile_schema(name, xsd)  # a self-contained collection of valid XSD, or a numbered error
-    text = xsd.decode("utf-8") if isinstance(xsd, bytes) else xsd
+    text = xml_text(xsd) if isinstance(xsd, bytes) else xsd
     if ctx.conn.execute(select(XmlSchemaCollection).where(XmlSchemaCollection.name == name)).first():
         raise BrokerError(2714, name=name)
     ctx.conn.execute(insert(XmlSchemaCollection).values(

@@ -121,3 +121,31 @@ def test_the_instance_has_routes_of_its_own(db_url: str, tmp_path: Any) -> None:
         assert inst.catalog("sys.routes") == [AUTO_CREATED_LOCAL]
     finally:
         inst.dispose()
+
+
+def test_routes_bindings_priorities_and_schema_collections_are_named_in_any_case(db: broker.Broker) -> None:
+    # Object names under SQL Server's default collation (service names stay case-sensitive).
+    db.create_route("Route", address="TCP://host:4022")
+    db.create_user("Someone")
+    db.create_remote_service_binding("Binding", "//far", "Someone")
+    db.create_broker_priority("Priority", priority_level=3)
+    db.create_xml_schema_collection("Schemas", '<xs:schema xmlns:xs="http://www.w3.org/2001/XMLSchema">'
+                                               '<xs:element name="a"/></xs:schema>')
+    for create in (lambda: db.create_route("ROUTE", address="TCP://host:4022"),
+                   lambda: db.create_remote_service_binding("BINDING", "//other", "Someone"),
+                   lambda: db.create_xml_schema_collection("schemas", '<xs:schema '
+                                                           'xmlns:xs="http://www.w3.org/2001/XMLSchema"/>')):
+        with pytest.raises(broker.BrokerError) as info:
+            create()
+        assert info.value.number == 2714
+    db.create_message_type("//typed", "VALID_XML", "SCHEMAS")
+    db.alter_route("route", address="TCP://elsewhere:4022")
+    db.alter_remote_service_binding("binding", anonymous=True)
+    db.alter_broker_priority("PRIORITY", priority_level=4)
+    assert [r["address"] for r in db.catalog("sys.routes", name="Route")] == ["TCP://elsewhere:4022"]
+    db.drop_route("ROUTE")
+    db.drop_remote_service_binding("bInDiNg")
+    db.drop_broker_priority("priority")
+    assert db.catalog("sys.routes", name="Route") == []
+    assert db.catalog("sys.remote_service_bindings") == []
+    assert db.catalog("sys.conversation_priorities") == []

@@ -25,6 +25,7 @@ from sqlalchemy import Table, delete, insert, select, update
 
 from broker.ddl import certificate_store, certificates, principals
 from broker.ddl.endpoint_options import ALGORITHM, Encryption, EndpointState, missing_authentication
+from broker.ddl.names import row_named
 from broker.ddl.objects import next_id
 from broker.errors import BrokerError
 from broker.storage.context import TxContext
@@ -121,7 +122,7 @@ def alter_endpoint(ctx: TxContext, name: str, options: dict[str, Any]) -> None:
     checked as CREATE checks it (a new certificate needs its own key). 15151 if there
     is no such endpoint."""
     _lock_catalog(ctx)
-    row = ctx.conn.execute(select(endpoints).where(endpoints.c.name == name)).first()
+    row = row_named(ctx, endpoints, name)
     if row is None:
         raise BrokerError(NOT_FOUND, kind="endpoint", name=name)
     current = {option: getattr(row, column) for option, column in _COLUMNS.items()}
@@ -136,7 +137,8 @@ def alter_endpoint(ctx: TxContext, name: str, options: dict[str, Any]) -> None:
 def drop_endpoint(ctx: TxContext, name: str) -> None:
     """DROP ENDPOINT name (15151 if there is none), and the permissions granted on it."""
     _lock_catalog(ctx)
-    endpoint_id = ctx.conn.execute(select(endpoints.c.endpoint_id).where(endpoints.c.name == name)).scalar()
+    row = row_named(ctx, endpoints, name)
+    endpoint_id = None if row is None else row.endpoint_id
     if endpoint_id is None:
         raise BrokerError(NOT_FOUND, f"Cannot drop the endpoint '{name}', because it does not exist or you do "
                                      "not have permission.")

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import delete, func, insert, or_, select, update
+from sqlalchemy import Table, delete, func, insert, or_, select, update
 
 from broker.arguments import VALIDATIONS
 from broker.conversations import delivery  # a module, not its names: delivery imports this module in turn
@@ -18,6 +18,7 @@ from broker.conversations import endpoints as ep
 from broker.conversations.system_messages import REMOTE_SERVICE_DROPPED
 from broker.conversations.validation import compile_schema, xml_text
 from broker.ddl import principals
+from broker.ddl.names import row_named
 from broker.errors import MISSING_OPTION, SYSTEM_OBJECT, BrokerError, InvalidArgumentError
 from broker.storage.catalog import QueueInfo
 from broker.storage.context import TxContext
@@ -47,12 +48,13 @@ from broker.storage.rows import Endpoint
 VALIDATION_CODES = dict(zip(VALIDATIONS, "NEXX", strict=True))
 SENT_BY = {"INITIATOR": (True, False), "TARGET": (False, True), "ANY": (True, True)}
 UNSET: Any = object()
+_collections = cast(Table, XmlSchemaCollection.__table__)
 
 
 def create_xml_schema_collection(ctx: TxContext, name: str, xsd: str | bytes) -> None:
     compile_schema(name, xsd)  # a self-contained collection of valid XSD, or a numbered error
     text = xml_text(xsd) if isinstance(xsd, bytes) else xsd
-    if ctx.conn.execute(select(XmlSchemaCollection).where(XmlSchemaCollection.name == name)).first():
+    if row_named(ctx, _collections, name) is not None:
         raise BrokerError(2714, name=name)
     ctx.conn.execute(insert(XmlSchemaCollection).values(
         xml_collection_id=next_id(ctx, XmlSchemaCollection.xml_collection_id), name=name,
@@ -96,9 +98,8 @@ def _validation_values(ctx: TxContext, validation: str, schema_collection: str |
         if schema_collection is None:
             raise InvalidArgumentError(MISSING_OPTION, statement="VALIDATION = VALID_XML",
                                        names="WITH SCHEMA COLLECTION")
-        collection_id = ctx.conn.execute(
-            select(XmlSchemaCollection.xml_collection_id).where(XmlSchemaCollection.name == schema_collection)
-        ).scalar()
+        collection = row_named(ctx, _collections, schema_collection)
+        collection_id = None if collection is None else collection.xml_collection_id
         if collection_id is None:
             raise BrokerError(15151, kind="XML schema collection", name=schema_collection)
     elif schema_collection is not None:

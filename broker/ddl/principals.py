@@ -16,6 +16,7 @@ from typing import cast
 
 from sqlalchemy import Column, ColumnElement, Table, delete, func, insert, select
 
+from broker.ddl.names import row_named
 from broker.errors import BrokerError
 from broker.storage.context import TxContext
 from broker.storage.models import (
@@ -204,9 +205,9 @@ def _securable_id(ctx: TxContext, kind: int, name: str) -> int:
         if service is not None:
             return service.id
     else:
-        found = ctx.conn.execute(select(_endpoints.c.endpoint_id).where(_endpoints.c.name == name)).scalar()
+        found = row_named(ctx, _endpoints, name)
         if found is not None:
-            return int(found)
+            return int(found.endpoint_id)
     raise BrokerError(15151, kind=_CLASS_NAMES[kind], name=name)
 
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import delete, insert, update
 
 from broker.arguments import NVARCHAR_256
 from broker.conversations.priorities import DEFAULT_PRIORITY, priorities
+from broker.ddl.names import row_named
 from broker.ddl.objects import next_id
 from broker.errors import BrokerError
 from broker.storage.context import TxContext
@@ -72,7 +73,8 @@ def drop_broker_priority(ctx: TxContext, name: str) -> None:
 
 
 def _priority_id(ctx: TxContext, name: str) -> int | None:
-    return ctx.conn.execute(select(priorities.c.priority_id).where(priorities.c.name == name)).scalar()
+    row = row_named(ctx, priorities, name)
+    return None if row is None else int(row.priority_id)
 
 
 def _is_any(value: object) -> bool:

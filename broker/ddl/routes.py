@@ -14,6 +14,7 @@ from typing import Any, cast
 
 from sqlalchemy import Table, delete, insert, select, update
 
+from broker.ddl.names import row_named
 from broker.ddl.objects import next_id
 from broker.errors import BrokerError, InvalidArgumentError
 from broker.routing.addresses import LOCAL, TRANSPORT, checked_address
@@ -30,7 +31,7 @@ _COLUMNS = {"service_name": "remote_service_name", "broker_instance": "broker_in
 
 def create_route(ctx: TxContext, name: str, clauses: dict[str, Any]) -> None:
     """CREATE ROUTE name WITH ...: ``clauses`` come checked by the gate (``arguments.route_options``)."""
-    if ctx.conn.execute(select(routes.c.route_id).where(routes.c.name == name)).first() is not None:
+    if row_named(ctx, routes, name) is not None:
         raise BrokerError(2714, name=name)
     values = _checked({**dict.fromkeys(_COLUMNS), **clauses}, ctx)
     ctx.conn.execute(insert(routes).values(route_id=next_id(ctx, routes.c.route_id), name=name, **values))
@@ -40,7 +41,7 @@ def create_route(ctx: TxContext, name: str, clauses: dict[str, Any]) -> None:
 def alter_route(ctx: TxContext, name: str, clauses: dict[str, Any]) -> None:
     """ALTER ROUTE name WITH ...: only the clauses given change; none can go back to
     "any" or "never expires" (drop and create the route for that)."""
-    row = ctx.conn.execute(select(routes).where(routes.c.name == name)).first()
+    row = row_named(ctx, routes, name)
     if row is None:
         raise BrokerError(15151, kind="route", name=name)
     current = {clause: getattr(row, column) for clause, column in _COLUMNS.items()}
@@ -54,8 +55,10 @@ def alter_route(ctx: TxContext, name: str, clauses: dict[str, Any]) -> None:
 
 def drop_route(ctx: TxContext, name: str) -> None:
     """DROP ROUTE name."""
-    if not ctx.conn.execute(delete(routes).where(routes.c.name == name)).rowcount:
+    row = row_named(ctx, routes, name)
+    if row is None:
         raise BrokerError(3701, kind="route", name=name)
+    ctx.conn.execute(delete(routes).where(routes.c.route_id == row.route_id))
     ctx.catalog_changed()
 
 
@@ -90,7 +93,7 @@ def _checked(clauses: dict[str, Any], ctx: TxContext) -> dict[str, Any]:
 
 def create_remote_service_binding(ctx: TxContext, name: str, service: str, user: str, anonymous: bool) -> None:
     """CREATE REMOTE SERVICE BINDING name TO SERVICE 'service' WITH USER = user, ANONYMOUS = ..."""
-    if ctx.conn.execute(select(bindings.c.name).where(bindings.c.name == name)).first() is not None:
+    if row_named(ctx, bindings, name) is not None:
         raise BrokerError(2714, name=name)
     if ctx.conn.execute(select(bindings.c.name).where(bindings.c.remote_service_name == service)).first():
         raise BrokerError(9619, f"A remote service binding for the service '{service}' already exists.")
@@ -110,13 +113,18 @@ def alter_remote_service_binding(ctx: TxContext, name: str, user: str | None, an
         values["is_anonymous_on"] = anonymous
     if not values:
         raise InvalidArgumentError(102, "ALTER REMOTE SERVICE BINDING needs USER or ANONYMOUS.", near="WITH")
-    if not ctx.conn.execute(update(bindings).where(bindings.c.name == name).values(**values)).rowcount:
+    row = row_named(ctx, bindings, name)
+    if row is None:
         raise BrokerError(15151, kind="remote service binding", name=name)
+    ctx.conn.execute(update(bindings).where(bindings.c.remote_service_binding_id == row.remote_service_binding_id)
+                     .values(**values))
     ctx.catalog_changed()
 
 
 def drop_remote_service_binding(ctx: TxContext, name: str) -> None:
     """DROP REMOTE SERVICE BINDING name."""
-    if not ctx.conn.execute(delete(bindings).where(bindings.c.name == name)).rowcount:
+    row = row_named(ctx, bindings, name)
+    if row is None:
         raise BrokerError(3701, kind="remote service binding", name=name)
+    ctx.conn.execute(delete(bindings).where(bindings.c.remote_service_binding_id == row.remote_service_binding_id))
     ctx.catalog_changed()

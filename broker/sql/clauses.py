@@ -9,6 +9,7 @@ from typing import Any
 from broker.sql import nodes as n
 from broker.sql.errors import SqlError
 from broker.sql.expressions import Evaluator
+from broker.sql.values import written
 
 INCORRECT_SYNTAX = 102
 DUPLICATE_OPTION = 1055
@@ -43,7 +44,9 @@ def value_of(value: Any, evaluator: Evaluator) -> Any:
 def switch(value: Any, what: str) -> bool:
     if isinstance(value, bool):
         return value
-    raise syntax_error(str(value) if value is not None else what)
+    if isinstance(value, n.Literal):
+        raise syntax_error(written(value.value))
+    raise syntax_error(what if value is None or isinstance(value, n.Expr) else written(value))
 
 
 def needs_instance(instance: Any | None, statement: str) -> Any:

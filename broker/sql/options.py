@@ -90,8 +90,8 @@ class Options:
         if name == "LOCK_TIMEOUT":
             timeout = values.convert(value, n.TypeName("INT"))
             if timeout is None or timeout < -1:
-                raise SqlError(INCORRECT_SYNTAX, f"Incorrect syntax near '{timeout}'. LOCK_TIMEOUT takes -1 (wait "
-                                                 "for ever), 0 or a number of milliseconds.")
+                raise SqlError(INCORRECT_SYNTAX, f"Incorrect syntax near '{values.written(timeout)}'. LOCK_TIMEOUT "
+                                                 "takes -1 (wait for ever), 0 or a number of milliseconds.")
             self.lock_timeout = timeout
         elif name == "DEADLOCK_PRIORITY":
             self.deadlock_priority = _deadlock_priority(value)
@@ -104,8 +104,8 @@ def _deadlock_priority(value: Any) -> int:
         return DEADLOCK_PRIORITIES[value.upper()]
     priority: int | None = values.convert(value, n.TypeName("INT")) if not isinstance(value, str) else None
     if priority is None or not -10 <= priority <= 10:
-        raise SqlError(INCORRECT_SYNTAX, f"Incorrect syntax near '{value}'. DEADLOCK_PRIORITY takes LOW, NORMAL, "
-                                         "HIGH or a number from -10 to 10.")
+        raise SqlError(INCORRECT_SYNTAX, f"Incorrect syntax near '{values.written(value)}'. DEADLOCK_PRIORITY "
+                                         "takes LOW, NORMAL, HIGH or a number from -10 to 10.")
     return priority
 
 

@@ -143,8 +143,14 @@ class _Build(DdlBuild):
 
     def type_name(self, children: list[Any]) -> n.TypeName:
         name, length, scale = children
-        size = None if length is None else (-1 if str(length).upper() == "MAX" else int(str(length)))
-        return n.TypeName(str(name).upper(), size, None if scale is None else int(str(scale)))
+        size = None if length is None else (-1 if str(length).upper() == "MAX" else self._whole(length))
+        return n.TypeName(str(name).upper(), size, None if scale is None else self._whole(scale))
+
+    def _whole(self, token: Token) -> int:
+        """A type's length, precision or scale: digits only (``NVARCHAR(1.5)`` is 102, as in SQL Server)."""
+        if not str(token).isdigit():
+            raise SqlError(INCORRECT_SYNTAX, f"Incorrect syntax near '{token}'.", line=(token.line or 1) + self.offset)
+        return int(str(token))
 
     def on_off(self, children: list[Token]) -> bool:
         return str(children[0]).upper() == "ON"
@@ -604,12 +610,19 @@ class _Build(DdlBuild):
         return n.WaitFor(inner, timeout)
 
     @statement
-    def waitfor_delay(self, children: list[Any], _meta: Any) -> n.WaitForDelay:
-        return n.WaitForDelay(children[-1], until=False)
+    def waitfor_delay(self, children: list[Any], meta: Any) -> n.WaitForDelay:
+        return n.WaitForDelay(self._time_argument(children[-1], meta), until=False)
 
     @statement
-    def waitfor_time(self, children: list[Any], _meta: Any) -> n.WaitForDelay:
-        return n.WaitForDelay(children[-1], until=True)
+    def waitfor_time(self, children: list[Any], meta: Any) -> n.WaitForDelay:
+        return n.WaitForDelay(self._time_argument(children[-1], meta), until=True)
+
+    def _time_argument(self, value: n.Expr, meta: Any) -> n.Expr:
+        """WAITFOR DELAY / TIME takes a string literal or a variable, nothing else (102)."""
+        if isinstance(value, n.Variable) or isinstance(value, n.Literal) and isinstance(value.value, str):
+            return value
+        written = self.text[meta.start_pos:meta.end_pos].split(None, 2)[-1]
+        raise SqlError(INCORRECT_SYNTAX, f"Incorrect syntax near '{written[:64]}'.", line=line_of(meta, self.offset))
 
     @statement
     def move_conversation(self, children: list[Any], _meta: Any) -> n.MoveConversation:

@@ -14,8 +14,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from sqlalchemy import text
 
@@ -24,7 +25,7 @@ from broker.database import CATALOG_VIEWS, VIEW_COLUMN_TYPES
 from broker.sql import nodes as n
 from broker.sql import values
 from broker.sql.errors import SqlError
-from broker.sql.expressions import AGGREGATES, Evaluator, aggregate_key
+from broker.sql.expressions import AGGREGATES, INVALID_COLUMN, Evaluator, Scope, aggregate_key, column_value
 from broker.storage.types import UTCDateTime
 
 if TYPE_CHECKING:
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
     from broker.transaction import Transaction
 
 INVALID_OBJECT = 208
+COLUMN_COUNT = 213
+OPERAND_TYPE_INVALID = 8117
 ASSIGN_AND_RETRIEVE = 141
 NOT_IN_GROUP = 8120
 RECEIVE_ASSIGN_AND_RETRIEVE = 8447
@@ -42,8 +45,11 @@ QUEUE_COLUMNS = tuple(field.name for field in dataclasses.fields(Message))
 _COLUMN_TYPES = {**VIEW_COLUMN_TYPES, "message_enqueue_time": UTCDateTime()}
 _PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-Projected = tuple[tuple[str, ...], list[tuple[Any, ...]], list[tuple[str, str]]]
+# (columns, rows, assignments); an assigning SELECT's rows are evaluated as they are read.
+Projected = tuple[tuple[str, ...], Iterable[tuple[Any, ...]], list[tuple[str, str]]]
 Row = dict[str, Any]
+T = TypeVar("T")
+S = TypeVar("S", bound=Sequence[Any])
 
 
 # -- RECEIVE ------------------------------------------------------------------------------
@@ -59,6 +65,41 @@ def check_receive_list(items: list[n.SelectItem], into: str | None) -> None:
     if assigning and into is not None:
         raise SqlError(RECEIVE_ASSIGN_INTO, "A RECEIVE statement that assigns a value to a variable must not "
                                             "have an INTO clause.")
+
+
+def check_receive(items: list[n.SelectItem], into: str | None, scope: Scope) -> None:
+    """What SQL Server checks when it compiles a RECEIVE, checked before it takes any
+    message (a failing statement must leave the queue as it was): the column list
+    (8447, 8450), its variables (137), columns (207), and the INTO table (1087, 213)."""
+    check_receive_list(items, into)
+    row: Row = dict.fromkeys(QUEUE_COLUMNS)
+    columns, plan = _plan(items, [row], QUEUE_COLUMNS)
+    for item in items:
+        if item.variable is not None:
+            scope.scalar(item.variable)
+    for _label, expr in plan:
+        for node in _nodes(expr):
+            if isinstance(node, n.Variable):
+                scope.scalar(node.name)
+            elif isinstance(node, n.Column) and not column_value(row, node.parts)[0]:
+                raise SqlError(INVALID_COLUMN, f"Invalid column name '{node.parts[-1]}'.")
+    if into is not None and len(scope.table(into).columns) != len(columns):
+        raise SqlError(COLUMN_COUNT, "Column name or number of supplied values does not match table definition.")
+
+
+def _nodes(expr: Any) -> Iterable[n.Expr]:
+    """``expr`` and the expressions inside it, not those of a subquery (its own scope)."""
+    if isinstance(expr, tuple):
+        for child in expr:
+            yield from _nodes(child)
+        return
+    if not isinstance(expr, n.Expr):
+        return
+    yield expr
+    if isinstance(expr, (n.Subquery, n.Exists)) or not dataclasses.is_dataclass(expr):
+        return
+    for field in dataclasses.fields(expr):
+        yield from _nodes(getattr(expr, field.name))
 
 
 def project_messages(items: list[n.SelectItem], messages: list[Message], evaluator: Evaluator,
@@ -85,8 +126,10 @@ def run_select_statement(tx: Transaction, db: Broker, select: n.Select, evaluato
     if assigning and len(assigning) != len(select.items):
         raise SqlError(ASSIGN_AND_RETRIEVE, "A SELECT statement that assigns a value to a variable must not be "
                                             "combined with data-retrieval operations.")
-    columns, rows = _evaluate(tx, db, select, evaluator)
     assignments = [(item.variable, item.operator) for item in assigning if item.variable is not None]
+    if assignments:
+        return (*_evaluate_lazily(tx, db, select, evaluator), assignments)
+    columns, rows = _evaluate(tx, db, select, evaluator)
     return columns, rows, assignments
 
 
@@ -99,22 +142,68 @@ def run_select(tx: Transaction, db: Broker, select: n.Select, evaluator: Evaluat
 
 def _evaluate(tx: Transaction, db: Broker, select: n.Select, evaluator: Evaluator) -> tuple[tuple[str, ...],
                                                                                           list[tuple[Any, ...]]]:
-    rows, names = _from(tx, db, select.sources, evaluator)
-    if select.where is not None:
-        rows = [row for row in rows if evaluator.condition(select.where, row)]
-    if select.group_by or _has_aggregate(select):
-        rows = _group(select, rows, evaluator)
+    rows, names = _filtered(tx, db, select, evaluator)
     columns, projected = _project(select.items, rows, evaluator, names)
     if select.order_by:
         projected = _order(select, columns, rows, projected, evaluator)
     if select.distinct:
         projected = _distinct(projected)
-    if select.top is not None:
-        count = values.convert(evaluator.value(select.top), n.TypeName("BIGINT"))
-        if count is None or count < 0:
-            raise SqlError(1060, "The number of rows in the TOP clause must be an integer.")
-        projected = projected[:count]
-    return columns, projected
+    return columns, _top(select, projected, evaluator)
+
+
+def _evaluate_lazily(tx: Transaction, db: Broker, select: n.Select,
+                     evaluator: Evaluator) -> tuple[tuple[str, ...], Iterator[tuple[Any, ...]]]:
+    """An assigning SELECT: each row's values are evaluated when the row is read, after the
+    previous row's assignments, so ``SELECT @s = @s + name ... ORDER BY name`` accumulates
+    as in SQL Server."""
+    rows, names = _filtered(tx, db, select, evaluator)
+    columns, plan = _plan(select.items, rows, names)
+    outputs: list[Sequence[Any]] = [_Outputs(plan, row, evaluator) for row in rows]
+    if select.order_by:
+        outputs = _order(select, columns, rows, outputs, evaluator)
+    if select.distinct:
+        outputs = list(_distinct([tuple(out) for out in outputs]))
+    return columns, (tuple(out) for out in _top(select, outputs, evaluator))
+
+
+class _Outputs(Sequence[Any]):
+    """One row's select-list values, each evaluated when it is read."""
+
+    def __init__(self, plan: list[tuple[str, n.Expr]], row: Row, evaluator: Evaluator) -> None:
+        self._exprs = [expr for _, expr in plan]
+        self._row = row
+        self._evaluator = evaluator
+
+    def __len__(self) -> int:
+        return len(self._exprs)
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Any]: ...
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return [self._evaluator.value(expr, self._row) for expr in self._exprs[index]]
+        return self._evaluator.value(self._exprs[index], self._row)
+
+
+def _filtered(tx: Transaction, db: Broker, select: n.Select, evaluator: Evaluator) -> tuple[list[Row],
+                                                                                           tuple[str, ...]]:
+    """The rows of FROM that WHERE keeps, grouped when the SELECT groups or aggregates."""
+    rows, names = _from(tx, db, select.sources, evaluator)
+    if select.where is not None:
+        rows = [row for row in rows if evaluator.condition(select.where, row)]
+    if select.group_by or _has_aggregate(select):
+        rows = _group(select, rows, evaluator)
+    return rows, names
+
+
+def _top(select: n.Select, rows: list[T], evaluator: Evaluator) -> list[T]:
+    if select.top is None:
+        return rows
+    return rows[:values.top_count(evaluator.value(select.top))]
 
 
 def _from(tx: Transaction, db: Broker, sources: list[n.FromItem], evaluator: Evaluator) -> tuple[list[Row],
@@ -265,6 +354,11 @@ def _aggregate(call: n.Call, rows: list[Row], evaluator: Evaluator) -> Any:
         return len(found)
     if not found:
         return None
+    if name in ("SUM", "AVG"):
+        for value in found:
+            if not isinstance(value, (int, float, Decimal)):
+                raise SqlError(OPERAND_TYPE_INVALID, f"Operand data type {values.type_of(value)} is invalid for "
+                                                     f"{name.lower()} operator.")
     if name == "SUM":
         return sum(found)
     if name == "AVG":
@@ -279,6 +373,14 @@ def _aggregate(call: n.Call, rows: list[Row], evaluator: Evaluator) -> Any:
 
 def _project(items: list[n.SelectItem], rows: list[Row], evaluator: Evaluator,
              names: Iterable[str]) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
+    columns, plan = _plan(items, rows, names)
+    projected = [tuple(evaluator.value(expr, row) for _, expr in plan) for row in rows]
+    return columns, projected
+
+
+def _plan(items: list[n.SelectItem], rows: list[Row],
+          names: Iterable[str]) -> tuple[tuple[str, ...], list[tuple[str, n.Expr]]]:
+    """The columns of a select list and the expression of each (``*`` expanded)."""
     columns: list[str] = []
     plan: list[tuple[str, n.Expr]] = []
     for item in items:
@@ -293,15 +395,14 @@ def _project(items: list[n.SelectItem], rows: list[Row], evaluator: Evaluator,
         label = item.alias or (item.expr.parts[-1] if isinstance(item.expr, n.Column) else "")
         columns.append(label)
         plan.append((label, item.expr))
-    projected = [tuple(evaluator.value(expr, row) for _, expr in plan) for row in rows]
-    return tuple(columns), projected
+    return tuple(columns), plan
 
 
-def _order(select: n.Select, columns: tuple[str, ...], rows: list[Row], projected: list[tuple[Any, ...]],
-           evaluator: Evaluator) -> list[tuple[Any, ...]]:
+def _order(select: n.Select, columns: tuple[str, ...], rows: list[Row], projected: list[S],
+           evaluator: Evaluator) -> list[S]:
     aliases = {column.lower(): index for index, column in enumerate(columns) if column}
 
-    def keys(pair: tuple[Row, tuple[Any, ...]]) -> list[Any]:
+    def keys(pair: tuple[Row, Sequence[Any]]) -> list[Any]:
         row, out = pair
         found = []
         for expr, _descending in select.order_by:

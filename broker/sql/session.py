@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -36,7 +36,11 @@ from broker.sql.transactions import UNSUPPORTED, ScriptTransaction
 
 if TYPE_CHECKING:
     from broker.database import Broker
+    from broker.sql.queries import Projected
     from broker.transaction import Transaction
+
+# Statements that hold others: @@ERROR is what the last statement inside them left.
+_COMPOUND = (n.Block, n.If, n.While, n.TryCatch)
 
 NOT_FIRST_IN_BATCH = 111
 NO_PROCEDURE = 2812
@@ -48,6 +52,8 @@ USER_ERROR = 50000
 NESTED_TOO_DEEPLY = 191
 ARITHMETIC_OVERFLOW = 8115
 CONVERSION_FAILED = 245
+OPERAND_TYPE_CLASH = 206
+SUBSTITUTION_TYPE = 2786
 
 
 class Session:
@@ -198,6 +204,8 @@ class Session:
     def _run(self, statement: n.Statement, scope: Scope) -> None:
         try:
             self._statement(statement, scope)
+            if not isinstance(statement, _COMPOUND):
+                self.last_error = 0  # @@ERROR: the last statement's, 0 when it succeeded
         except SqlError as error:  # stamped where it happened, by the innermost statement
             if not error.line:
                 error.line = statement.line
@@ -261,13 +269,16 @@ class Session:
         self.rowcount = 0
 
     def _if(self, statement: n.If, evaluator: Evaluator, scope: Scope) -> None:
-        if evaluator.condition(statement.condition):
+        holds = evaluator.condition(statement.condition)
+        self.last_error = 0  # the IF itself succeeded: in its branch @@ERROR is 0
+        if holds:
             self._run(statement.then, scope)
         elif statement.otherwise is not None:
             self._run(statement.otherwise, scope)
 
     def _while(self, statement: n.While, evaluator: Evaluator, scope: Scope) -> None:
         while evaluator.condition(statement.condition):
+            self.last_error = 0
             try:
                 self._run(statement.body, scope)
             except BreakLoop:
@@ -342,14 +353,12 @@ class Session:
         raise SqlError(UNSUPPORTED, f"SAVE TRANSACTION {statement.name}: savepoints are not supported.")
 
     def _waitfordelay(self, statement: n.WaitForDelay, evaluator: Evaluator, _scope: Scope) -> None:
-        moment = values.convert(evaluator.value(statement.value), n.TypeName("DATETIME"))
+        wanted = values.waitfor_time(evaluator.value(statement.value), delay=not statement.until)
         if statement.until:
             now = datetime.now()
-            target = now.replace(hour=moment.hour, minute=moment.minute, second=moment.second,
-                                 microsecond=moment.microsecond)
-            seconds = (target - now).total_seconds() % 86400
+            seconds = ((datetime.combine(now.date(), datetime.min.time()) + wanted) - now).total_seconds() % 86400
         else:
-            seconds = (moment - datetime(1900, 1, 1)).total_seconds()
+            seconds = wanted.total_seconds()
         time.sleep(max(0.0, seconds))
 
     def _use(self, statement: n.Use, _evaluator: Evaluator, _scope: Scope) -> None:
@@ -404,9 +413,11 @@ class Session:
                    for name, value in statement.options.items()}
         if "lifetime" in options and options["lifetime"] is None:
             raise SqlError(8406, "The dialog lifetime can not be NULL.")
+        if "lifetime" in options:  # an int, as SQL Server converts it ('abc' is 245)
+            options["lifetime"] = values.convert(options["lifetime"], n.TypeName("INT"))
         broker_instance = None if statement.broker_instance is None else evaluator.value(statement.broker_instance)
         to_service = evaluator.value(statement.to_service)
-        scope.scalar(statement.variable)  # declared before anything runs
+        _check_handle_variable(scope, statement.variable)  # before anything runs: nothing half done
         handle = self._in_transaction(lambda tx: tx.begin_dialog(
             statement.from_service, to_service, statement.contract or "DEFAULT",
             broker_instance=broker_instance, **options))
@@ -427,10 +438,10 @@ class Session:
         self.rowcount = 0
 
     def _receive(self, statement: n.Receive, evaluator: Evaluator, scope: Scope, timeout: float | None = None) -> None:
-        from broker.sql.queries import check_receive_list, project_messages
-        check_receive_list(statement.items, statement.into)
+        from broker.sql.queries import check_receive
+        check_receive(statement.items, statement.into, scope)
         queue = self.databases.local(statement.queue)
-        top = None if statement.top is None else evaluator.value(statement.top)
+        top = None if statement.top is None else values.top_count(evaluator.value(statement.top))
         where: dict[str, Any] = {}
         if statement.where is not None:
             column, value = statement.where
@@ -442,21 +453,31 @@ class Session:
                 raise SqlError(8418 if column == "conversation_handle" else 8436,
                                "The conversation handle is missing. Specify a conversation handle."
                                if column == "conversation_handle" else "The conversation group is missing.")
-        messages = self._in_transaction(lambda tx: tx.receive(queue, top, timeout=timeout, **where))
-        self._deliver(project_messages(statement.items, messages, evaluator, statement.into), statement, scope)
+        self._in_transaction(lambda tx: self._take(tx.receive(queue, top, timeout=timeout, **where),
+                                                   statement, evaluator, scope))
 
-    def _deliver(self, projected: tuple[tuple[str, ...], list[tuple[Any, ...]], list[tuple[str, str]]],
-                 statement: n.Receive | n.Select, scope: Scope) -> None:
-        """The rows of a RECEIVE or SELECT: into variables, a table variable or a result set."""
-        columns, rows, assignments = projected
+    def _take(self, messages: list[Any], statement: n.Receive, evaluator: Evaluator, scope: Scope) -> None:
+        """Project and deliver what a RECEIVE took, in the transaction that took it: an
+        error here rolls back an autocommit RECEIVE (the messages stay in the queue) and
+        dooms an open transaction (no savepoint to undo the statement alone), so that no
+        COMMIT can keep messages the statement never delivered."""
+        from broker.sql.queries import project_messages
+        try:
+            self._deliver(project_messages(statement.items, messages, evaluator, statement.into), statement, scope)
+        except BaseException:
+            if messages:
+                self.transaction.statement_failed()
+            raise
+
+    def _deliver(self, projected: Projected, statement: n.Receive | n.Select, scope: Scope) -> None:
+        """The rows of a RECEIVE or SELECT: into variables, a table variable or a result set.
+        Runs in the statement's transaction: an error here undoes a RECEIVE (``_take``)."""
+        columns, produced, assignments = projected
         if assignments:
-            for row in rows:
-                for (variable, operator), value in zip(assignments, row, strict=True):
-                    if operator != "=":
-                        from broker.sql.expressions import arithmetic
-                        value = arithmetic(operator[0], scope.scalar(variable).value, value)
-                    scope.assign(variable, value)
-        elif statement.into is not None:
+            self.rowcount = _assign_rows(produced, assignments, scope)
+            return
+        rows = list(produced)
+        if statement.into is not None:
             table = scope.table(statement.into)
             if len(table.columns) != len(columns):
                 raise SqlError(213, "Column name or number of supplied values does not match table definition.")
@@ -466,7 +487,7 @@ class Session:
         else:
             self._emit(ResultSet(columns, tuple(rows)))
         self.rowcount = len(rows)
-        if not self.options.nocount and not assignments:
+        if not self.options.nocount:
             self._emit(RowsAffected(len(rows)))
 
     def _waitfor(self, statement: n.WaitFor, evaluator: Evaluator, scope: Scope) -> None:
@@ -484,7 +505,7 @@ class Session:
 
     def _getconversationgroup(self, statement: n.GetConversationGroup, _evaluator: Evaluator, scope: Scope,
                               timeout: float | None = None) -> None:
-        scope.scalar(statement.variable)
+        _check_handle_variable(scope, statement.variable)
         queue = self.databases.local(statement.queue)
         group = self._in_transaction(lambda tx: tx.get_conversation_group(queue, timeout=timeout))
         scope.assign(statement.variable, group)
@@ -520,8 +541,8 @@ class Session:
 
     def _select(self, statement: n.Select, evaluator: Evaluator, scope: Scope) -> None:
         from broker.sql.queries import run_select_statement
-        self._deliver(self._in_transaction(lambda tx: run_select_statement(tx, self.db, statement, evaluator),
-                                           reading=True), statement, scope)
+        self._in_transaction(lambda tx: self._deliver(run_select_statement(tx, self.db, statement, evaluator),
+                                                      statement, scope), reading=True)
 
     def _ddl(self, statement: n.Ddl, evaluator: Evaluator, _scope: Scope) -> None:
         from broker.sql.ddl import run_ddl
@@ -567,6 +588,30 @@ class Session:
         else:
             self._in_transaction(lambda _tx: run_permission(self.db, statement, self.instance))
         self.rowcount = 0
+
+
+def _assign_rows(rows: Iterable[tuple[Any, ...]], assignments: list[tuple[str, str]], scope: Scope) -> int:
+    """``SELECT @v = expr ...``: each row assigns in turn (the last one wins, ``@s = @s + x``
+    accumulates: the rows are evaluated as they are read); the number of rows."""
+    count = 0
+    for row in rows:
+        for (variable, operator), value in zip(assignments, row, strict=True):
+            if operator != "=":
+                from broker.sql.expressions import arithmetic
+                value = arithmetic(operator[0], scope.scalar(variable).value, value)
+            scope.assign(variable, value)
+        count += 1
+    return count
+
+
+def _check_handle_variable(scope: Scope, name: str) -> None:
+    """The variable BEGIN DIALOG or GET CONVERSATION GROUP sets is declared (137) and a
+    uniqueidentifier (206), checked before the verb runs: a failure after it would
+    leave a conversation begun (or a group locked) that no variable holds."""
+    variable = scope.scalar(name)
+    if variable.type.name != "UNIQUEIDENTIFIER":
+        raise SqlError(OPERAND_TYPE_CLASH, "Operand type clash: uniqueidentifier is incompatible with "
+                                           f"{variable.type.name.lower()}")
 
 
 def _not_in_transaction(statement: str) -> SqlError:
@@ -646,15 +691,18 @@ def _bind_arguments(procedure: n.CreateProcedure, args: list[tuple[str | None, n
 
 def _format_message(template: str, args: list[Any]) -> str:
     """RAISERROR's printf-style substitution (%s, %d, %i, %u, %x and %%)."""
-    remaining = iter(args)
+    remaining = iter(enumerate(args, 1))
 
     def substitute(match: re.Match[str]) -> str:
         if match.group(0) == "%%":
             return "%"
-        value = next(remaining, None)
+        position, value = next(remaining, (0, None))
         if value is None:
             return "(null)"
         kind = match.group(1)[-1].lower()
+        if kind in "diux" and (not isinstance(value, int) or isinstance(value, bool)):
+            raise SqlError(SUBSTITUTION_TYPE, f"The data type of substitution parameter {position} does not match "
+                                              "the expected type of the format specification.")
         if kind in "diu":
             return str(int(value))
         if kind == "x":

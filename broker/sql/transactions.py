@@ -96,6 +96,14 @@ class ScriptTransaction:
                                         "ROLLBACK TRANSACTION rolls back the whole transaction.")
         self.close()
 
+    def statement_failed(self) -> None:
+        """A statement failed after it wrote in the open transaction (if any). There is
+        no savepoint to roll back the statement alone, so the transaction is doomed
+        (XACT_STATE() = -1): COMMIT is 3930 and the batch's end rolls it back. Without
+        an open transaction the autocommit one rolls back as the error leaves it."""
+        if self.tx is not None:
+            self._doomed = True
+
     def caught(self, error: SqlError) -> None:
         """A TRY block caught ``error``: raised under XACT_ABORT ON, it dooms the open transaction."""
         if self.tx is not None and error.xact_abort:

@@ -28,6 +28,7 @@ ARITHMETIC_OVERFLOW = 8115
 XML_PARSING = 9400
 UNKNOWN_TYPE = 2715
 DATE_FAILED = 241
+TOP_NOT_INTEGER = 1060
 
 INTEGER_RANGES = {"BIT": (0, 1), "TINYINT": (0, 255), "SMALLINT": (-32_768, 32_767),
                   "INT": (-2_147_483_648, 2_147_483_647),
@@ -167,9 +168,29 @@ def _decimal(value: Any, target: TypeName) -> Decimal:
         number = Decimal(value.strip() if isinstance(value, str) else str(value))
     except InvalidOperation:
         raise _failed(value, target.name.lower()) from None
+    if not number.is_finite():  # 'NaN', 'Infinity': Python reads them, SQL Server does not
+        raise _failed(value, target.name.lower())
     if target.scale is not None:
-        number = number.quantize(Decimal(1).scaleb(-target.scale))
+        try:
+            number = number.quantize(Decimal(1).scaleb(-target.scale))
+        except InvalidOperation:  # more digits than Python's decimal context holds
+            raise _overflow(target.name) from None
     return number
+
+
+def _overflow(name: str) -> SqlError:
+    return SqlError(ARITHMETIC_OVERFLOW, f"Arithmetic overflow error converting expression to data type "
+                                        f"{name.lower()}.")
+
+
+def top_count(value: Any) -> int:
+    """The row count of TOP (n): a whole number, not negative (1060)."""
+    if isinstance(value, (float, Decimal)) and value != int(value) or value is None:
+        raise SqlError(TOP_NOT_INTEGER, "The number of rows in the TOP clause must be an integer.")
+    count: int = convert(value, TypeName("BIGINT"))
+    if count < 0:
+        raise SqlError(TOP_NOT_INTEGER, "The number of rows in the TOP clause must be an integer.")
+    return count
 
 
 def _text(value: Any) -> str:
@@ -241,8 +262,48 @@ def _datetime(value: Any, name: str) -> datetime:
                 continue
             return parsed if pattern[0] != "%H" else datetime(1900, 1, 1, parsed.hour, parsed.minute, parsed.second)
     if isinstance(value, (int, float, Decimal)):
-        return datetime(1900, 1, 1) + timedelta(days=float(value))
+        try:
+            return datetime(1900, 1, 1) + timedelta(days=float(value))
+        except (OverflowError, ValueError):  # beyond year 9999
+            raise _overflow(name) from None
     raise SqlError(DATE_FAILED, "Conversion failed when converting date and/or time from character string.")
+
+
+_TIME_OF_DAY = re.compile(r"\s*(\d{1,2}):(\d{1,2})(?::(\d{1,2})(?:[.:](\d{1,3}))?)?\s*")
+WAITFOR_TIME_SYNTAX = 148
+
+
+def waitfor_time(value: Any, *, delay: bool) -> timedelta:
+    """The time of day WAITFOR DELAY / TIME takes, as a time since midnight: a string
+    ``hh:mm[[:ss].mss]`` or a datetime. DELAY refuses a date part (it would wait days);
+    TIME ignores it. Anything else (NULL, a number, a bad string) is 148."""
+    moment: datetime | None = None
+    if isinstance(value, str):
+        match = _TIME_OF_DAY.fullmatch(value)
+        if match is not None:
+            hours, minutes, seconds, millis = (int(part or 0) for part in match.groups())
+            millis *= 10 ** (3 - len(match.group(4) or "000"))  # '.5' is 500 ms
+            if hours < 24 and minutes < 60 and seconds < 60:
+                return timedelta(hours=hours, minutes=minutes, seconds=seconds, milliseconds=millis)
+        else:
+            try:
+                moment = _datetime(value, "DATETIME")
+            except SqlError:
+                moment = None
+    elif isinstance(value, datetime):
+        moment = value
+    if moment is None or delay and moment.date() != date(1900, 1, 1):
+        raise SqlError(WAITFOR_TIME_SYNTAX, "Incorrect time syntax in time string used with WAITFOR.")
+    return moment - datetime.combine(moment.date(), datetime.min.time())
+
+
+def written(value: Any) -> str:
+    """A value as a script writes it, for an error's "near '...'" (never Python's repr)."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, str) and not value.isidentifier():
+        return f"'{value}'"
+    return str(value)
 
 
 def now() -> datetime:

@@ -1,0 +1,234 @@
+"""Hostile T-SQL: scripts that fail part-way, wrong-typed variables and odd arguments.
+
+Each test pins a fix: a failing RECEIVE leaves its messages in the queue, a statement
+that fails does not leave half its work committed, odd arguments give SQL Server's error
+rather than a Python message (or a hang). Effects are checked through the Python API.
+Every test runs on SQLite and on PostgreSQL (conftest's ``db`` fixture).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import broker
+from broker.sql.errors import SqlError
+from broker.sql.outputs import Failed, Output, Printed
+from broker.sql.session import Session
+
+QUEUE, SERVICE = "q", "s"
+
+
+@pytest.fixture
+def session(db: broker.Broker) -> Iterator[Session]:
+    with Session(db) as opened:
+        yield opened
+
+
+@pytest.fixture
+def queued(db: broker.Broker) -> broker.Broker:
+    """A queue holding one DEFAULT message whose body is not XML."""
+    db.create_queue(QUEUE)
+    db.create_service(SERVICE, QUEUE, ["DEFAULT"])
+    with db.transaction() as tx:
+        handle = tx.begin_dialog(SERVICE, SERVICE)
+        tx.send(handle, "DEFAULT", b"hello")
+    return db
+
+
+def errors(outputs: list[Output]) -> list[SqlError]:
+    return [output.error for output in outputs if isinstance(output, Failed)]
+
+
+def failure(session: Session, script: str) -> SqlError:
+    """Run ``script``, which must fail exactly once; the error."""
+    outputs = session.run(script)
+    found = errors(outputs)
+    assert len(found) == 1, outputs
+    return found[0]
+
+
+def printed(outputs: list[Output]) -> list[str]:
+    return [output.text for output in outputs if isinstance(output, Printed)]
+
+
+def ok(session: Session, script: str) -> list[Output]:
+    outputs = session.run(script)
+    assert not errors(outputs), outputs
+    return outputs
+
+
+def left(db: broker.Broker) -> int:
+    return sum(1 for message in db.queue_rows(QUEUE) if message.message_type_name == "DEFAULT")
+
+
+def endpoint_count(db: broker.Broker) -> int:
+    return len(db.catalog("sys.conversation_endpoints"))
+
+
+# -- a RECEIVE that fails takes nothing ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("script", "number"), [
+    ("RECEIVE @nowhere = message_body FROM q", 137),
+    ("RECEIVE TOP (1) message_body, @nowhere FROM q", 137),
+    ("RECEIVE TOP (1) * FROM q INTO @missing", 1087),
+    ("RECEIVE TOP (1) no_such_column FROM q", 207),
+    ("DECLARE @t TABLE (a INT); RECEIVE TOP (1) message_body, status FROM q INTO @t", 213),
+    ("RECEIVE TOP (1) CAST(message_body AS XML) AS body FROM q", 9400),
+    ("RECEIVE TOP (1) 1 / 0 AS x FROM q", 8134),
+    ("DECLARE @i INT; RECEIVE TOP (1) @i = message_body FROM q", 8115),
+    ("DECLARE @x XML; RECEIVE TOP (1) @x = message_body FROM q", 9400),
+    ("DECLARE @t TABLE (a XML); RECEIVE TOP (1) message_body FROM q INTO @t", 9400),
+    ("WAITFOR (RECEIVE TOP (1) CAST(message_body AS XML) FROM q), TIMEOUT 1000", 9400),
+])
+def test_a_failed_receive_leaves_its_messages(queued: broker.Broker, session: Session, script: str,
+                                              number: int) -> None:
+    assert failure(session, script).number == number
+    assert left(queued) == 1
+
+
+def test_a_failed_receive_dooms_the_open_transaction(queued: broker.Broker, session: Session) -> None:
+    # No savepoint undoes the statement alone: the transaction is doomed, never committed.
+    outputs = session.run("BEGIN TRAN\n"
+                          "BEGIN TRY RECEIVE TOP (1) 1 / 0 AS x FROM q END TRY\n"
+                          "BEGIN CATCH PRINT XACT_STATE() END CATCH\n"
+                          "COMMIT")
+    assert printed(outputs) == ["-1"]
+    assert [error.number for error in errors(outputs)] == [3930, 3998]
+    assert session.transaction.trancount == 0
+    assert left(queued) == 1
+
+
+def test_a_receive_that_succeeds_still_takes_its_message(queued: broker.Broker, session: Session) -> None:
+    outputs = ok(session, "DECLARE @b VARBINARY(MAX); RECEIVE TOP (1) @b = message_body FROM q; PRINT @@ROWCOUNT")
+    assert printed(outputs) == ["1"]
+    assert left(queued) == 0
+
+
+# -- a handle variable of the wrong type: nothing begun -------------------------------------------
+
+
+@pytest.mark.parametrize("type_name", ["INT", "VARCHAR(10)", "NVARCHAR(36)"])
+def test_begin_dialog_into_a_variable_not_uniqueidentifier(queued: broker.Broker, session: Session,
+                                                          type_name: str) -> None:
+    before = endpoint_count(queued)
+    error = failure(session, f"DECLARE @h {type_name}\nBEGIN DIALOG @h FROM SERVICE s TO SERVICE 's'")
+    assert error.number == 206
+    assert "uniqueidentifier is incompatible with" in error.message
+    assert endpoint_count(queued) == before
+
+
+def test_get_conversation_group_into_an_int(queued: broker.Broker, session: Session) -> None:
+    assert failure(session, "DECLARE @g INT\nGET CONVERSATION GROUP @g FROM q").number == 206
+    assert left(queued) == 1
+
+
+# -- WAITFOR DELAY / TIME ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("script", "number"), [
+    ("WAITFOR TIME NULL", 102),
+    ("WAITFOR DELAY NULL", 102),
+    ("WAITFOR DELAY 1", 102),
+    ("WAITFOR DELAY '1900-01-03'", 148),
+    ("WAITFOR DELAY 'soon'", 148),
+    ("WAITFOR DELAY '25:00'", 148),
+    ("DECLARE @n INT = 1\nWAITFOR DELAY @n", 148),
+    ("DECLARE @n NVARCHAR(10)\nWAITFOR DELAY @n", 148),
+    ("DECLARE @d DATETIME = '1900-01-02'\nWAITFOR DELAY @d", 148),
+])
+def test_waitfor_refuses_what_is_not_a_time_of_day(session: Session, script: str, number: int) -> None:
+    started = time.monotonic()
+    assert failure(session, script).number == number
+    assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize("script", [
+    "WAITFOR DELAY '00:00:00.300'",
+    "WAITFOR DELAY '00:00:00.3'",
+    "DECLARE @d DATETIME = '1900-01-01 00:00:00.300'\nWAITFOR DELAY @d",
+])
+def test_waitfor_delay_waits_its_time(session: Session, script: str) -> None:
+    started = time.monotonic()
+    ok(session, script)
+    assert 0.29 <= time.monotonic() - started < 5
+
+
+# -- a length, precision or scale is a whole number --------------------------------------------------
+
+
+@pytest.mark.parametrize(("script", "near"), [
+    ("DECLARE @s NVARCHAR(1.5) = N'abc'", "1.5"),
+    ("SELECT CAST(1 AS VARCHAR(1e3))", "1e3"),
+    ("SELECT CAST(1 AS DECIMAL(10, 2.5))", "2.5"),
+])
+def test_a_type_size_that_is_not_whole_is_a_syntax_error(session: Session, script: str, near: str) -> None:
+    error = failure(session, script)
+    assert (error.number, error.message) == (102, f"Incorrect syntax near '{near}'.")
+    assert printed(ok(session, "PRINT 'after'")) == ["after"]
+
+
+# -- @@ERROR ---------------------------------------------------------------------------------------
+
+
+def test_error_is_reset_by_a_statement_that_succeeds(session: Session) -> None:
+    outputs = ok(session, "BEGIN TRY SELECT 1 / 0 AS x END TRY BEGIN CATCH PRINT @@ERROR END CATCH\n"
+                          "PRINT 'ok'\n"
+                          "PRINT @@ERROR")
+    assert printed(outputs) == ["8134", "ok", "0"]
+
+
+def test_error_after_if_is_the_if_statements(session: Session) -> None:
+    outputs = ok(session, "BEGIN TRY SELECT 1 / 0 AS x END TRY BEGIN CATCH END CATCH\n"
+                          "IF @@ERROR <> 0 PRINT @@ERROR")
+    assert printed(outputs) == ["0"]
+
+
+# -- an assigning SELECT assigns row by row ---------------------------------------------------------
+
+
+def test_an_assigning_select_accumulates_row_by_row(db: broker.Broker, session: Session) -> None:
+    for name in ("qa", "qc", "qb"):
+        db.create_queue(name)
+    outputs = ok(session, "DECLARE @s NVARCHAR(100) = N'', @n INT = 0\n"
+                          "SELECT @s = @s + name FROM sys.service_queues WHERE name LIKE 'q_' ORDER BY name\n"
+                          "PRINT @s\n"
+                          "SELECT @n = @n + 1 FROM sys.service_queues WHERE name LIKE 'q_'\n"
+                          "PRINT @n; PRINT @@ROWCOUNT")
+    assert printed(outputs) == ["qaqbqc", "3", "0"]
+
+
+def test_an_assigning_select_keeps_the_last_row_and_top(db: broker.Broker, session: Session) -> None:
+    for name in ("qa", "qc", "qb"):
+        db.create_queue(name)
+    outputs = ok(session, "DECLARE @s NVARCHAR(100)\n"
+                          "SELECT TOP (2) @s = name FROM sys.service_queues WHERE name LIKE 'q_' ORDER BY name DESC\n"
+                          "PRINT @@ROWCOUNT; PRINT @s")
+    assert printed(outputs) == ["2", "qb"]
+
+
+# -- SQL Server's errors, not Python's words ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(("script", "number", "message"), [
+    ("CREATE QUEUE q WITH STATUS = 1", 102, "Incorrect syntax near '1'."),
+    ("SET LOCK_TIMEOUT NULL", 102, "Incorrect syntax near 'NULL'."),
+    ("SELECT TOP (1.5) name FROM sys.service_queues", 1060, "The number of rows in the TOP clause must be"),
+    ("RECEIVE TOP (1.5) * FROM q", 1060, "The number of rows in the TOP clause must be"),
+    ("SELECT CAST('Infinity' AS DECIMAL(10, 2))", 245, "Conversion failed when converting the nvarchar value "
+                                                     "'Infinity' to data type decimal."),
+    ("SELECT CAST(1e10 AS DATETIME)", 8115, "Arithmetic overflow error converting expression to data type datetime."),
+    ("SELECT SUM(name) FROM sys.service_queues", 8117, "Operand data type nvarchar is invalid for sum operator."),
+    ("RAISERROR('%d', 10, 1, 'abc')", 2786, "The data type of substitution parameter 1 does not match"),
+    ("DECLARE @h UNIQUEIDENTIFIER\nBEGIN DIALOG @h FROM SERVICE s TO SERVICE 's' WITH LIFETIME = 'abc'", 245,
+     "Conversion failed when converting the nvarchar value 'abc' to data type int."),
+])
+def test_errors_in_sql_servers_words(queued: broker.Broker, session: Session, script: str, number: int,
+                                     message: str) -> None:
+    error = failure(session, script)
+    assert (error.number, error.message[:len(message)]) == (number, message)
+    assert "Python" not in error.message and "<class" not in error.message and "Literal(" not in error.message
+    assert left(queued) == 1

@@ -753,6 +753,21 @@ def test_receive_whose_output_cannot_be_written_receives_nothing(world: World) -
     assert received.exit_code == 0 and BASELINE_BODY.decode() in received.stdout
 
 
+@pytest.mark.parametrize("script", [f"RECEIVE * FROM {BASELINE_QUEUE}",
+                                    f"BEGIN TRAN; RECEIVE * FROM {BASELINE_QUEUE}; COMMIT"])
+def test_sql_receive_whose_rows_cannot_be_written_receives_nothing(world: World, script: str) -> None:
+    """``broker sql -c "RECEIVE ..." > /dev/full``: the rows go out inside the statement's
+    transaction, so the failed write keeps the messages on the queue."""
+    with open("/dev/full", "w") as full:
+        process = subprocess.run([str(BROKER_SCRIPT), "--db", world.url, "sql", "-c", script],
+                                 stdout=full, stderr=subprocess.PIPE, text=True, timeout=120, check=False)
+    assert process.returncode == 1 and "No space left on device" in process.stderr, process.stderr
+    assert "Traceback" not in process.stderr
+    world.intact()
+    received = invoke(world, "receive", BASELINE_QUEUE)
+    assert received.exit_code == 0 and BASELINE_BODY.decode() in received.stdout
+
+
 def test_adding_a_member_again_is_1801_and_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same database under another name (a relative path, a link) disabled the member's
     broker (9773's rule for a copy): now 1801. A copy is still attached, disabled."""

@@ -40,7 +40,7 @@ FOREVER = -1  # a WAITFOR timeout that never ends
 
 
 def _type_name(value: object) -> str:
-    return type(value).__name__
+    return "NULL" if value is None else type(value).__name__  # None is T-SQL's NULL, not a type
 
 
 def _shown(value: object) -> str:

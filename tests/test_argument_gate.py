@@ -289,3 +289,11 @@ def test_a_lock_wait_that_runs_out_in_a_prepared_statement_is_1222(db_url: str) 
         assert info.value.number == 1222
     finally:
         db.dispose()
+
+
+def test_a_null_where_a_value_is_needed_is_named_null(tutorial: broker.Broker) -> None:
+    handle = open_dialog(tutorial)
+    with tutorial.transaction() as tx:
+        with pytest.raises(broker.BrokerError) as info:
+            tx.begin_conversation_timer(handle, None)
+    assert info.value.number == 206 and "NULL is incompatible" in info.value.message

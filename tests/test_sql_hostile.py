@@ -232,3 +232,51 @@ def test_errors_in_sql_servers_words(queued: broker.Broker, session: Session, sc
     assert (error.number, error.message[:len(message)]) == (number, message)
     assert "Python" not in error.message and "<class" not in error.message and "Literal(" not in error.message
     assert left(queued) == 1
+
+
+# -- GO, quotes, comments and line breaks as sqlcmd and SQL Server read them ---------------------------
+
+
+@pytest.mark.parametrize("first", [
+    "SELECT 1 AS [it's]",
+    'SELECT 1 AS "it\'s"',
+    "SELECT 1 AS [a]]'b]",
+    'SELECT 1 AS "a""\'b"',
+    "SELECT 'it''s' AS [x]",
+    "SELECT 1 -- it's",
+    "SELECT 1 /* it's */",
+    "SELECT 1 /* /* nested */ it's */",
+])
+def test_an_apostrophe_in_a_name_or_comment_leaves_go_a_separator(session: Session, first: str) -> None:
+    outputs = ok(session, f"{first}\nGO\nPRINT 'two'\r\nGO\r\nPRINT 'three'")
+    assert printed(outputs) == ["two", "three"]
+
+
+def test_a_go_inside_a_nested_comment_is_text(session: Session) -> None:
+    outputs = ok(session, "PRINT 'one' /* outer /* inner */\nGO\nstill the comment */\nPRINT 'two'")
+    assert printed(outputs) == ["one", "two"]
+
+
+def test_line_breaks_in_literals_are_kept_as_written(session: Session) -> None:
+    outputs = ok(session, "PRINT DATALENGTH('a\r\nb')\r\nGO\rPRINT DATALENGTH('a\rb')\n"
+                          "PRINT CHARINDEX('\n', N'a\u2028b\x85c\x0cd'); PRINT LEN(N'a\u2028b\x85c\x0cd')")
+    assert printed(outputs) == ["4", "3", "0", "7"]
+
+
+def test_a_sent_body_keeps_its_crlf(queued: broker.Broker, session: Session) -> None:
+    ok(session, "DECLARE @h UNIQUEIDENTIFIER\r\nBEGIN DIALOG @h FROM SERVICE s TO SERVICE 's'\r\n"
+                "SEND ON CONVERSATION @h MESSAGE TYPE [DEFAULT] (CAST('a\r\nb' AS VARBINARY(MAX)))")
+    bodies = [message.message_body for message in queued.queue_rows(QUEUE)]
+    assert b"a\r\nb" in bodies
+
+
+@pytest.mark.parametrize(("script", "number", "message", "line"), [
+    ("PRINT 1\nSELECT 'abc\n\nx", 105, "Unclosed quotation mark after the character string 'abc\n\nx'.", 2),
+    ("SELECT [abc", 105, "Unclosed quotation mark after the character string 'abc'.", 1),
+    ("PRINT 1\r\n/* never /* */\nends", 113, "Missing end comment mark '*/'.", 2),
+])
+def test_an_unclosed_string_or_comment_is_a_lexer_error(session: Session, script: str, number: int, message: str,
+                                                        line: int) -> None:
+    error = failure(session, script)
+    assert (error.number, error.message, error.line) == (number, message, line)
+    assert printed(session.run(script)) == []  # nothing of the batch ran

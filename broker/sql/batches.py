@@ -1,15 +1,24 @@
 """Splitting a script into batches on ``GO`` lines, as sqlcmd does.
 
 ``GO`` is not T-SQL: it is the client's separator, alone on its line (``GO 3`` runs the
-batch three times). A GO inside a string or a block comment is text, not a separator.
+batch three times). A GO inside a string, a quoted name (``[...]`` or ``"..."``) or a
+block comment is text, not a separator. A batch keeps every character as written: a
+CRLF inside a literal stays a CRLF (``DATALENGTH`` counts it as SQL Server does).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-_GO = re.compile(r"^[ \t]*go(?:[ \t]+(\d+))?[ \t]*(?:--.*)?$", re.IGNORECASE)
+_GO = re.compile(r"[ \t]*go(?:[ \t]+(\d+))?[ \t]*(?:--.*)?", re.IGNORECASE)
+# Only these end a line for GO (and for a ``--`` comment); U+2028, NEL or a form feed is text.
+_LINE_END = re.compile(r"\r\n|\r|\n")
+_LINE_BREAK = re.compile(r"[\r\n]")
+_OPENER = re.compile(r"--|/\*|['\[\"]")
+_BLOCK_MARK = re.compile(r"/\*|\*/")
+_CLOSER = {"'": "'", "[": "]", '"': '"'}
 
 
 @dataclass(frozen=True)
@@ -19,53 +28,85 @@ class Batch:
     count: int = 1
 
 
+@dataclass(frozen=True)
+class Span:
+    """A string literal, a quoted name or a comment: ``kind`` is its opener (``'``, ``[``,
+    ``"``, ``--`` or ``/*``); ``closed`` is False when the text ends inside it."""
+
+    kind: str
+    start: int
+    end: int
+    closed: bool = True
+
+
 def split_batches(script: str) -> list[Batch]:
     """The batches of ``script``; empty ones (only blanks and comments count as text) are kept out."""
     batches: list[Batch] = []
-    lines: list[str] = []
-    start = 1
-    in_string = in_comment = False
-    for number, line in enumerate(script.splitlines(), start=1):
-        match = None if in_string or in_comment else _GO.match(line)
+    start, start_line = 0, 1
+    previous_end = 0  # where the line before the current one ends, its break left out
+    scanned = 0  # how far strings, names and comments have been followed
+    for number, (first, last, following) in enumerate(_lines(script), start=1):
+        match = _GO.fullmatch(script, first, last) if first >= scanned else None
         if match:
-            _append(batches, lines, start, int(match.group(1) or 1))
-            lines, start = [], number + 1
-            continue
-        lines.append(line)
-        in_string, in_comment = _carry(line, in_string, in_comment)
-    _append(batches, lines, start, 1)
+            _append(batches, script[start:previous_end] if number > start_line else "", start_line,
+                    int(match.group(1) or 1))
+            start, start_line, scanned = following, number + 1, following
+        else:
+            for span in spans(script, max(first, scanned), last):
+                scanned = span.end
+            scanned = max(scanned, last)
+        previous_end = last
+    _append(batches, script[start:previous_end] if previous_end > start else "", start_line, 1)
     return batches
 
 
-def _append(batches: list[Batch], lines: list[str], start: int, count: int) -> None:
-    text = "\n".join(lines)
+def _lines(script: str) -> Iterator[tuple[int, int, int]]:
+    """Each line as (start, end before its break, start of the next line), as ``splitlines`` cuts
+    them but on ``\\n``, ``\\r\\n`` and ``\\r`` only."""
+    first = 0
+    for line_end in _LINE_END.finditer(script):
+        yield first, line_end.start(), line_end.end()
+        first = line_end.end()
+    if first < len(script):
+        yield first, len(script), len(script)
+
+
+def _append(batches: list[Batch], text: str, start: int, count: int) -> None:
     if text.strip() and count > 0:
         batches.append(Batch(text, start, count))
 
 
-def _carry(line: str, in_string: bool, in_comment: bool) -> tuple[bool, bool]:
-    """Whether a string literal or a block comment is still open at the end of ``line``."""
-    index = 0
-    while index < len(line):
-        if in_comment:
-            end = line.find("*/", index)
-            if end == -1:
-                return in_string, True
-            in_comment, index = False, end + 2
-        elif in_string:
-            end = line.find("'", index)
-            if end == -1:
-                return True, False
-            if line.startswith("''", end):
-                index = end + 2
-            else:
-                in_string, index = False, end + 1
-        elif line.startswith("--", index):
-            return False, False
-        elif line.startswith("/*", index):
-            in_comment, index = True, index + 2
-        elif line[index] == "'":
-            in_string, index = True, index + 1
-        else:
-            index += 1
-    return in_string, in_comment
+def spans(text: str, position: int = 0, stop: int | None = None) -> Iterator[Span]:
+    """The strings, quoted names and comments of ``text`` that open from ``position`` on
+    (before ``stop``), each followed to its end, as SQL Server's lexer reads them: ``''``,
+    ``]]`` and ``""`` are escapes, block comments nest and a ``--`` comment ends its line."""
+    stop = len(text) if stop is None else stop
+    while opener := _OPENER.search(text, position, stop):
+        span = _span(text, opener.start(), opener.group())
+        yield span
+        position = span.end
+
+
+def _span(text: str, start: int, kind: str) -> Span:
+    if kind == "--":
+        line_break = _LINE_BREAK.search(text, start)
+        return Span(kind, start, line_break.start() if line_break else len(text))
+    if kind == "/*":
+        return _block_comment(text, start)
+    close = _CLOSER[kind]
+    position = start + 1
+    while (end := text.find(close, position)) != -1:
+        if not text.startswith(close * 2, end):
+            return Span(kind, start, end + 1)
+        position = end + 2
+    return Span(kind, start, len(text), closed=False)
+
+
+def _block_comment(text: str, start: int) -> Span:
+    depth, position = 1, start + 2
+    while mark := _BLOCK_MARK.search(text, position):
+        depth += 1 if mark.group() == "/*" else -1
+        position = mark.end()
+        if depth == 0:
+            return Span("/*", start, position)
+    return Span("/*", start, len(text), closed=False)

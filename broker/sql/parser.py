@@ -1,13 +1,15 @@
 """T-SQL text to statements: the lark grammar ``tsql.lark`` (LALR) and a transformer to ``nodes``.
 
 A syntax error becomes SQL Server's error 102 ("Incorrect syntax near '...'") with the
-line it is on; nothing of the batch runs when any part of it does not parse, as in SQL
-Server, where a batch is compiled whole before it runs.
+line it is on (105 for a string or quoted name left open, 113 for a block comment);
+nothing of the batch runs when any part of it does not parse, as in SQL Server, where a
+batch is compiled whole before it runs.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from decimal import Decimal
 from importlib import resources
 from typing import Any
@@ -17,6 +19,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from broker.sql import nodes as n
 from broker.sql import options
+from broker.sql.batches import spans
 from broker.sql.ddl_syntax import DdlBuild
 from broker.sql.errors import SqlError
 from broker.sql.syntax import (
@@ -35,6 +38,12 @@ from broker.sql.syntax import (
 
 INCORRECT_SYNTAX = 102
 UNEXPECTED_END = 102
+UNCLOSED_QUOTATION = 105
+MISSING_END_COMMENT = 113
+# SQL Server's messages are nvarchar(2047): a long unclosed string is cut to fit.
+MESSAGE_ROOM = 1990
+_LINE_END = re.compile(r"\r\n|\r|\n")  # the line ends of the batch splitter
+_NOT_LINE_BREAK = re.compile(r"[^\r\n]")
 NESTED_TOO_DEEPLY = 191
 UNKNOWN_TABLE_HINT = 321
 HINT_NEEDS_WITH = 1018
@@ -62,10 +71,11 @@ def _parser() -> Lark:
 
 def parse_batch(text: str, first_line: int = 1) -> list[n.Statement]:
     """The statements of one batch; ``first_line`` is the batch's first line in its script."""
+    lexed = _without_comments(text, first_line)
     try:
-        tree = _parser().parse(text)
+        tree = _parser().parse(lexed)
     except UnexpectedInput as exc:
-        raise _syntax_error(exc, text, first_line - 1) from None
+        raise _syntax_error(exc, lexed, first_line - 1) from None
     except RecursionError:
         raise _too_deep(first_line) from None
     try:
@@ -79,6 +89,27 @@ def parse_batch(text: str, first_line: int = 1) -> list[n.Statement]:
     except RecursionError:
         raise _too_deep(first_line) from None
     return statements
+
+
+def _without_comments(text: str, first_line: int) -> str:
+    """``text`` with its comments blanked out, line breaks kept (so positions and lines stay):
+    the batch splitter's reading of strings and comments, which nests block comments as SQL
+    Server does and a regular grammar cannot. A string, quoted name or block comment left
+    open is SQL Server's lexer error: 105 or 113, whatever else is wrong with the batch."""
+    pieces: list[str] = []
+    written = 0
+    for span in spans(text):
+        if not span.closed:
+            line = first_line + len(_LINE_END.findall(text, 0, span.start))
+            if span.kind == "/*":
+                raise SqlError(MISSING_END_COMMENT, "Missing end comment mark '*/'.", line=line, level=15)
+            unclosed = text[span.start + 1:span.start + 1 + MESSAGE_ROOM]
+            raise SqlError(UNCLOSED_QUOTATION, f"Unclosed quotation mark after the character string '{unclosed}'.",
+                           line=line, level=15)
+        if span.kind in ("--", "/*"):
+            pieces += [text[written:span.start], _NOT_LINE_BREAK.sub(" ", text[span.start:span.end])]
+            written = span.end
+    return "".join(pieces) + text[written:] if pieces else text
 
 
 def _too_deep(line: int) -> SqlError:
@@ -544,8 +575,7 @@ class _Build(DdlBuild):
         kinds = children[0].value
         name = next(child for child in children if isinstance(child, ObjectName))
         parameters = children[3].value
-        lines = self.text.splitlines(keepends=True)
-        source = "".join(lines[meta.line - 1:])[meta.column - 1:] if lines else ""
+        source = self.text[meta.start_pos:]  # as written: line breaks inside literals are kept
         return n.CreateProcedure(tuple(name), parameters, of_type(children, n.Statement), source.strip(),
                                  alter=kinds[0] == "ALTER", create_or_alter="OR" in kinds)
 

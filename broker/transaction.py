@@ -223,9 +223,15 @@ class Transaction:
             if result is not None and result != []:
                 self._wrote = True  # received rows or a locked group: the lock must stay
                 return result
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or self._stopping():
                 return empty
             self._wait(queue, seen, deadline)
+
+    def _stopping(self) -> bool:
+        """Whether this thread is an activated reader whose runtime is stopping: its WAITFOR
+        ends as if it timed out, as SQL Server ends activated tasks at shutdown."""
+        stopping = getattr(self._state.receive_watch, "stopping", None)
+        return stopping is not None and stopping.is_set()
 
     def _wait(self, queue_name: str, seen: int, deadline: float) -> None:
         """Wait for messages, without holding locks whenever that is possible.

@@ -24,6 +24,7 @@ GATE_TIMEOUT = 10.0
 REPLY_BODY = b"<ReplyMsg>Message for Initiator service.</ReplyMsg>"
 
 gate = threading.Event()
+waiting_forever = threading.Event()  # set once forever_proc is in its RECEIVE ... WAITFOR
 
 
 class Concurrency:
@@ -57,6 +58,7 @@ def reset() -> None:
     global concurrency
     concurrency = Concurrency()
     gate.set()
+    waiting_forever.clear()
 
 
 def target_proc(db: broker.Broker) -> None:
@@ -107,3 +109,13 @@ def failing_proc(db: broker.Broker) -> None:
 
 
 not_a_procedure = 42
+
+
+
+def forever_proc(db: broker.Broker) -> None:
+    """The usual service program: RECEIVE with WAITFOR and no timeout (-1), until one comes back empty."""
+    while True:
+        with db.transaction() as tx:
+            waiting_forever.set()
+            if not tx.receive(TARGET_QUEUE, 1, timeout=-1):
+                return

@@ -384,3 +384,18 @@ def test_broker_listen_on_an_unknown_queue(tutorial: broker.Broker, db_url: str)
     done = CliRunner().invoke(cli, ["--db", db_url, "listen", "NoSuchQueue"])
     assert done.exit_code == 1
     assert "error 208" in done.stderr
+
+
+def test_stopping_the_runtime_ends_a_reader_waiting_in_receive_forever(tutorial: broker.Broker) -> None:
+    # SQL Server ends activated tasks at shutdown; a WAITFOR without a timeout would
+    # otherwise hold the stop for its whole timeout, database after database.
+    activate(tutorial, "activation_procs:forever_proc", readers=1)
+    running = tutorial.runtime(poll_interval=0.05)
+    running.start()
+    try:
+        open_dialog(tutorial)
+        wait_until(activation_procs.waiting_forever.is_set)
+    finally:
+        running.stop(timeout=20)
+    assert not [t for t in threading.enumerate() if t.name.startswith("broker-reader")]
+    assert tasks(tutorial) == []

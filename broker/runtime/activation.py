@@ -148,6 +148,7 @@ class ActivationManager:
         """
         deadline = time.monotonic() + timeout
         self._stopping.set()
+        self.db.state.notifier.notify_all()  # readers waiting in RECEIVE ... WAITFOR look at it
         locked = self._pass.acquire(timeout=timeout)
         try:
             with self._lock:
@@ -256,7 +257,7 @@ class ActivationManager:
                 monitor.blocked, monitor.blocked_until = procedure_name, now + RETRY_MISSING_S
             return None
         reader = Reader(self.db, queue.name, queue.id, procedure_name, procedure, monitor.activity,
-                        functools.partial(self._reader_ended, monitor), self._session_of_tasks())
+                        functools.partial(self._reader_ended, monitor), self._session_of_tasks(), self._stopping)
         reader.insert_row(ctx)
         monitor.activated_at, monitor.last_activated_time = now, reader.start_time
         monitor.receives_at_activation = monitor.activity.receives

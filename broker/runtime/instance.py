@@ -82,17 +82,21 @@ class InstanceRuntime:
         return self
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Stop the transmitter (after its current pass) and every database's runtime."""
+        """Stop the transmitter (after its current pass) and every database's runtime,
+        within ``timeout`` for them all (not for each)."""
+        deadline = time.monotonic() + timeout
         self._stopping.set()
         self._commit.set()
         for thread in self._threads:
-            thread.join(timeout)
+            thread.join(max(0.0, deadline - time.monotonic()))
         self._threads = []
         with self._serving:
             served_now, self._served = list(self._served.values()), {}
         for served in served_now:
-            self._stop_serving(served, timeout)
-        self._stop_endpoint(timeout)
+            served.stopping.set()
+        for served in served_now:
+            self._stop_serving(served, max(0.0, deadline - time.monotonic()))
+        self._stop_endpoint(max(0.0, deadline - time.monotonic()))
         log.info("instance runtime stopped")
 
     @property

@@ -114,8 +114,10 @@ class Reader:
     """
 
     def __init__(self, db: ServedDatabase, queue_name: str, queue_id: int, procedure_name: str, procedure: Procedure,
-                 activity: Activity, on_end: Callable[[Reader], None], session: int) -> None:
+                 activity: Activity, on_end: Callable[[Reader], None], session: int,
+                 stopping: threading.Event) -> None:
         self.db = db
+        self._stopping = stopping  # the runtime is stopping: a RECEIVE ... WAITFOR of the procedure ends
         self.session = session  # its task row's spid (``Backend.session``)
         self.queue_name = queue_name
         self.queue_id = queue_id
@@ -162,7 +164,9 @@ class Reader:
         return result
 
     def _run(self) -> None:
-        self.db.state.receive_watch.watcher = self.observe  # this thread's RECEIVEs report here
+        watch = self.db.state.receive_watch
+        watch.watcher = self.observe  # this thread's RECEIVEs report here
+        watch.stopping = self._stopping  # and their WAITFOR ends, empty, when the runtime stops
         try:
             self._procedure(self.db)
         except Exception as exc:

@@ -57,7 +57,8 @@ class DatabaseState:
         self._idle = threading.local()
         self.events = EventHub()
         # Per thread: ``watcher(queue, unfiltered, call)`` wrapped around each RECEIVE and
-        # GET CONVERSATION GROUP of that thread (activation readers report their receives).
+        # GET CONVERSATION GROUP of that thread (activation readers report their receives),
+        # and ``stopping``, an event that ends its WAITFOR when its runtime stops.
         self.receive_watch = threading.local()
         self._kept: set[Connection] = set()
         # SQLite: the broker's own write transactions share one connection and its commits.

@@ -31,7 +31,7 @@ from sqlalchemy.engine import Connection
 from broker.errors import BrokerError
 from broker.storage.queue_tables import QueueStatements, TakenRows, take_rows
 from broker.storage.waiting import CommitWatch, QueueNotifier, wait_for_queue
-from broker.storage.write_lock import LEND_AFTER_S, close_if_idle, write_lock
+from broker.storage.write_lock import LEND_AFTER_S, close_if_idle, forked_while_writing, write_lock
 
 log = logging.getLogger("broker")
 
@@ -193,7 +193,13 @@ class Backend:
         """Take ``engine``'s database write lock for the connection whose ``info`` is given
         (:meth:`ended` gives it back): the seconds left of the busy timeout; error 1222
         past it."""
-        lock = write_lock(self.database_key(engine))
+        key = self.database_key(engine)
+        if forked_while_writing(key):
+            raise BrokerError(1222, "Lock request time out period exceeded. (this process was forked while its "
+                                    "parent was writing to the database: SQLite cannot carry that across a fork; "
+                                    "start the process with multiprocessing's 'spawn' or 'forkserver' method, or "
+                                    "fork before the parent writes)")
+        lock = write_lock(key)
         left = lock.acquire(self.busy_timeout_s, company=company)
         if left is None:
             raise self._no_write_lock()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 
 from sqlalchemy import Engine
 from sqlalchemy.engine import Connection
@@ -27,6 +29,13 @@ def _notifier_for(key: str) -> QueueNotifier:
 
 # Connection.info key: the pool a kept connection came from (``checkout``).
 _POOL = "broker_pool"
+
+# Every database's state in this process, to start afresh in a forked child.
+_states: weakref.WeakSet[DatabaseState] = weakref.WeakSet()
+# What a forked child inherited of its parent's connections and work under way: kept,
+# never used, closed or collected (a SQLite connection closed in the child, or handed back
+# to a pool that rolls it back, could undo what the parent's transaction holds).
+_inherited: list[object] = []
 
 
 def _close_on_driver(conn: Connection) -> None:
@@ -63,6 +72,20 @@ class DatabaseState:
         self._kept: set[Connection] = set()
         # SQLite: the broker's own write transactions share one connection and its commits.
         self.group = WriteGroup(engine, self.backend) if self.backend.groups_commits else None
+        _states.add(self)
+
+    def start_afresh(self) -> None:
+        """In a forked child: the connections, the write turn and the transactions under
+        way are the parent's, whose threads are not here to end them. The child leaves
+        them alone and opens its own (SQLAlchemy's advice for a pool after a fork)."""
+        _inherited.append((self.group, self._kept, self._idle, self.engine.pool))
+        self._lock = threading.Lock()
+        self._idle = threading.local()
+        self.receive_watch = threading.local()
+        self._kept = set()
+        self.engine.dispose(close=False)
+        self.notifier = _notifier_for(self.backend.database_key(self.engine))
+        self.group = WriteGroup(self.engine, self.backend) if self.backend.groups_commits else None
 
     def checkout(self) -> Connection:
         """A connection outside any transaction: this thread's idle one, or a new one."""
@@ -126,3 +149,14 @@ class DatabaseState:
         with self._lock:
             if self._catalog is None or catalog.version >= self._catalog.version:
                 self._catalog = catalog
+
+
+def _start_afresh_in_child() -> None:
+    global _notifiers_lock
+    _notifiers_lock = threading.Lock()  # a thread of the parent may have held it
+    _notifiers.clear()
+    for state in list(_states):
+        state.start_afresh()
+
+
+os.register_at_fork(after_in_child=_start_afresh_in_child)

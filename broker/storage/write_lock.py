@@ -444,9 +444,23 @@ def close_if_idle(database_path: str) -> None:
         found.file.close_if_idle()
 
 
+# Databases a thread of the parent was writing to when this process was forked (see
+# ``forked_while_writing``).
+_forked_while_writing: set[str] = set()
+
+
+def forked_while_writing(database_path: str) -> bool:
+    """Whether this process was forked while a thread of its parent held the write lock
+    of the database at ``database_path``. SQLite keeps the locks of a process's
+    connections in memory that a fork copies: the child would then wait for ever on a
+    lock only the parent's transaction could give back."""
+    return database_path in _forked_while_writing
+
+
 def _forget_locks() -> None:
     # A forked child holds none of its parent's locks and has none of its threads.
     global _locks_mutex, _lender
+    _forked_while_writing.update(path for path, lock in _locks.items() if lock.locked())
     _locks.clear()
     _locks_mutex = threading.Lock()
     _lender = _Lender()

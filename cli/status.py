@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from click.core import ParameterSource
 
+from broker.errors import BrokerError
 from cli.params import Seconds, count_range
 from cli.render import Listing, json_option, jsonable, plain_lines, plural, rich_table, terminal_console
 from cli.state import CliState
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
 # Queue row status -> column in the summary (spec 3: 1 ready, 0 received and retained,
 # 2 not yet complete, 3 retained copy of a sent message).
+INVALID_OBJECT = 208  # a queue dropped meanwhile
 _STATUS_COLUMNS = {1: "ready", 0: "received", 2: "incomplete", 3: "sent_copies"}
 _QUEUE_COLUMNS = ("queue", "enabled", "ready", "received", "incomplete", "sent_copies", "total", "oldest_ready")
 _DESTINATION_COLUMNS = ("count", "to_service_name", "to_broker_instance", "transmission_status")
@@ -135,8 +137,13 @@ def _summary(shown_url: str, db: broker.Broker) -> dict[str, Any]:
     database = db.catalog("sys.databases")[0]
     queues = []
     for queue in db.catalog("sys.service_queues"):
-        counts = Counter(db.queue_counts(queue["name"]))
-        oldest = db.oldest_ready_time(queue["name"]) if counts[1] else None
+        try:
+            counts = Counter(db.queue_counts(queue["name"]))
+            oldest = db.oldest_ready_time(queue["name"]) if counts[1] else None
+        except BrokerError as error:
+            if error.number != INVALID_OBJECT:
+                raise
+            continue  # dropped by another process since the list was read
         queues.append(
             {
                 "queue": queue["name"],

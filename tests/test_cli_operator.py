@@ -297,6 +297,26 @@ def test_status_shows_ages_backlog_and_timers(run: Run, services: None) -> None:
     assert "Conversation timers: 0 set, 0 due" in text
 
 
+def test_status_leaves_out_a_queue_dropped_while_it_reads(run: Run, services: None, url: str,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process drops a queue between status's list of queues and its counts."""
+    run("create", "queue", "Doomed")
+    counts = broker.Broker.queue_counts
+
+    def dropped_first(self: broker.Broker, queue: str) -> dict[int, int]:
+        if queue == "Doomed":
+            other = broker.connect(url, upgrade=False)
+            try:
+                other.drop_queue("Doomed")
+            finally:
+                other.dispose()
+        return counts(self, queue)
+
+    monkeypatch.setattr(broker.Broker, "queue_counts", dropped_first)
+    summary = as_json(run("status", "--json"))
+    assert {q["queue"] for q in summary["queues"]} == {"TargetQueue", "InitiatorQueue"}
+
+
 def test_status_watch_prints_a_snapshot_per_iteration(run: Run, services: None) -> None:
     text = run("status", "--watch", "--iterations", "2", "--interval", "0").stdout
     assert text.count("# Queues") == 2

@@ -22,7 +22,7 @@ LAYERS = {
     "ddl": 4,
     "transport": 5,
     "runtime": 6,
-    "database": 7, "transaction": 7, "instances": 7, "spark": 7, "__init__": 7,
+    "database": 7, "inspection": 7, "transaction": 7, "instances": 7, "spark": 7, "__init__": 7,
     "sql": 8,  # the T-SQL face, over the Python API
 }
 

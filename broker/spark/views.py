@@ -16,8 +16,8 @@ from sqlalchemy import Boolean, DateTime, Integer, LargeBinary, Uuid
 from sqlalchemy.types import NullType
 
 import broker
-from broker.database import CATALOG_VIEWS, VIEW_COLUMN_TYPES
 from broker.errors import BrokerError
+from broker.inspection import CATALOG_VIEWS, VIEW_COLUMN_TYPES
 from broker.spark.columns import Columns, arrow_schema, record_batch
 from broker.spark.dialects import dialect_for
 from broker.spark.reading import reading

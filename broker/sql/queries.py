@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from sqlalchemy import text
 
 from broker.conversations.messages import Message
-from broker.database import CATALOG_VIEWS, VIEW_COLUMN_TYPES
+from broker.inspection import CATALOG_VIEWS, VIEW_COLUMN_TYPES
 from broker.sql import nodes as n
 from broker.sql import values
 from broker.sql.errors import SqlError

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -26,17 +26,17 @@ from broker.errors import BrokerError
 from broker.sql import nodes as n
 from broker.sql import values
 from broker.sql.batches import split_batches
+from broker.sql.broker_statements import BrokerStatements
 from broker.sql.databases import Databases, no_database
 from broker.sql.errors import BreakLoop, ContinueLoop, ReturnFromBatch, SqlError
 from broker.sql.expressions import Evaluator, Scalar, Scope, TableVariable
 from broker.sql.options import Options
-from broker.sql.outputs import Failed, Output, Printed, ResultSet, RowsAffected
+from broker.sql.outputs import Failed, Output, Printed
 from broker.sql.parser import parse_batch
 from broker.sql.transactions import UNSUPPORTED, ScriptTransaction
 
 if TYPE_CHECKING:
     from broker.database import Broker
-    from broker.sql.queries import Projected
     from broker.transaction import Transaction
 
 # Statements that hold others: @@ERROR is what the last statement inside them left.
@@ -52,11 +52,10 @@ USER_ERROR = 50000
 NESTED_TOO_DEEPLY = 191
 ARITHMETIC_OVERFLOW = 8115
 CONVERSION_FAILED = 245
-OPERAND_TYPE_CLASH = 206
 SUBSTITUTION_TYPE = 2786
 
 
-class Session:
+class Session(BrokerStatements):
     """One T-SQL session on a broker database.
 
     ``on_output`` is called with every result set, message and error as it happens, so a
@@ -406,137 +405,6 @@ class Session:
                 scope.assign(target, inner.scalar(parameter).value)
         return result
 
-    # -- Service Broker statements --------------------------------------------------------
-
-    def _begindialog(self, statement: n.BeginDialog, evaluator: Evaluator, scope: Scope) -> None:
-        options = {name: (value if isinstance(value, bool) else evaluator.value(value))
-                   for name, value in statement.options.items()}
-        if "lifetime" in options and options["lifetime"] is None:
-            raise SqlError(8406, "The dialog lifetime can not be NULL.")
-        if "lifetime" in options:  # an int, as SQL Server converts it ('abc' is 245)
-            options["lifetime"] = values.convert(options["lifetime"], n.TypeName("INT"))
-        broker_instance = None if statement.broker_instance is None else evaluator.value(statement.broker_instance)
-        to_service = evaluator.value(statement.to_service)
-        _check_handle_variable(scope, statement.variable)  # before anything runs: nothing half done
-        handle = self._in_transaction(lambda tx: tx.begin_dialog(
-            statement.from_service, to_service, statement.contract or "DEFAULT",
-            broker_instance=broker_instance, **options))
-        scope.assign(statement.variable, handle)
-        self.rowcount = 0
-
-    def _send(self, statement: n.Send, evaluator: Evaluator, _scope: Scope) -> None:
-        handles = [evaluator.value(handle) for handle in statement.handles]
-        body: bytes | None = None
-        if statement.body is not None:
-            value = evaluator.value(statement.body)
-            if value is None:
-                raise SqlError(8433, "The message body may not be NULL.  A zero-length UNICODE or binary string "
-                                     "is allowed.")
-            body = values.convert(value, n.TypeName("VARBINARY", -1))
-        message_type = statement.message_type or "DEFAULT"
-        self._in_transaction(lambda tx: tx.send(handles if len(handles) > 1 else handles[0], message_type, body))
-        self.rowcount = 0
-
-    def _receive(self, statement: n.Receive, evaluator: Evaluator, scope: Scope, timeout: float | None = None) -> None:
-        from broker.sql.queries import check_receive
-        check_receive(statement.items, statement.into, scope)
-        queue = self.databases.local(statement.queue)
-        top = None if statement.top is None else values.top_count(evaluator.value(statement.top))
-        where: dict[str, Any] = {}
-        if statement.where is not None:
-            column, value = statement.where
-            if column not in ("conversation_handle", "conversation_group_id"):
-                raise SqlError(102, f"Incorrect syntax near '{column}'. RECEIVE takes WHERE conversation_handle "
-                                    "= ... or conversation_group_id = ...")
-            where[column] = evaluator.value(value)
-            if where[column] is None:
-                raise SqlError(8418 if column == "conversation_handle" else 8436,
-                               "The conversation handle is missing. Specify a conversation handle."
-                               if column == "conversation_handle" else "The conversation group is missing.")
-        self._in_transaction(lambda tx: self._take(tx.receive(queue, top, timeout=timeout, **where),
-                                                   statement, evaluator, scope))
-
-    def _take(self, messages: list[Any], statement: n.Receive, evaluator: Evaluator, scope: Scope) -> None:
-        """Project and deliver what a RECEIVE took, in the transaction that took it: an
-        error here rolls back an autocommit RECEIVE (the messages stay in the queue) and
-        dooms an open transaction (no savepoint to undo the statement alone), so that no
-        COMMIT can keep messages the statement never delivered."""
-        from broker.sql.queries import project_messages
-        try:
-            self._deliver(project_messages(statement.items, messages, evaluator, statement.into), statement, scope)
-        except BaseException:
-            if messages:
-                self.transaction.statement_failed()
-            raise
-
-    def _deliver(self, projected: Projected, statement: n.Receive | n.Select, scope: Scope) -> None:
-        """The rows of a RECEIVE or SELECT: into variables, a table variable or a result set.
-        Runs in the statement's transaction: an error here undoes a RECEIVE (``_take``)."""
-        columns, produced, assignments = projected
-        if assignments:
-            self.rowcount = _assign_rows(produced, assignments, scope)
-            return
-        rows = list(produced)
-        if statement.into is not None:
-            table = scope.table(statement.into)
-            if len(table.columns) != len(columns):
-                raise SqlError(213, "Column name or number of supplied values does not match table definition.")
-            for row in rows:
-                table.rows.append({name.lower(): values.convert(value, type_name, declared=True)
-                                   for (name, type_name), value in zip(table.columns, row, strict=True)})
-        else:
-            self._emit(ResultSet(columns, tuple(rows)))
-        self.rowcount = len(rows)
-        if not self.options.nocount:
-            self._emit(RowsAffected(len(rows)))
-
-    def _waitfor(self, statement: n.WaitFor, evaluator: Evaluator, scope: Scope) -> None:
-        timeout: float | None = -1
-        if statement.timeout is not None:
-            milliseconds = values.convert(evaluator.value(statement.timeout), n.TypeName("INT"))
-            timeout = -1 if milliseconds is None or milliseconds == -1 else milliseconds / 1000
-            if milliseconds is not None and milliseconds < -1:
-                raise SqlError(1090, "The timeout value of WAITFOR must be -1 or greater.")
-        inner = statement.statement
-        if isinstance(inner, n.Receive):
-            self._receive(inner, evaluator, scope, timeout)
-        else:
-            self._getconversationgroup(inner, evaluator, scope, timeout)
-
-    def _getconversationgroup(self, statement: n.GetConversationGroup, _evaluator: Evaluator, scope: Scope,
-                              timeout: float | None = None) -> None:
-        _check_handle_variable(scope, statement.variable)
-        queue = self.databases.local(statement.queue)
-        group = self._in_transaction(lambda tx: tx.get_conversation_group(queue, timeout=timeout))
-        scope.assign(statement.variable, group)
-        self.rowcount = 0 if group is None else 1
-
-    def _moveconversation(self, statement: n.MoveConversation, evaluator: Evaluator, _scope: Scope) -> None:
-        handle, group = evaluator.value(statement.handle), evaluator.value(statement.group)
-        self._in_transaction(lambda tx: tx.move_conversation(handle, group))
-        self.rowcount = 0
-
-    def _endconversation(self, statement: n.EndConversation, evaluator: Evaluator, _scope: Scope) -> None:
-        handle = evaluator.value(statement.handle)
-        if statement.error is not None:
-            assert statement.description is not None
-            error, description = evaluator.value(statement.error), evaluator.value(statement.description)
-            if error is None or description is None:
-                raise SqlError(8419, "Both the error code and the description must be provided for END "
-                                     "CONVERSATION WITH ERROR. Neither value can be NULL.")
-            code = values.convert(error, n.TypeName("INT"))
-            text = values.convert(description, n.TypeName("NVARCHAR", 3000))
-            self._in_transaction(lambda tx: tx.end_conversation(handle, error=code, description=text))
-        else:
-            self._in_transaction(lambda tx: tx.end_conversation(handle, cleanup=statement.cleanup))
-        self.rowcount = 0
-
-    def _conversationtimer(self, statement: n.ConversationTimer, evaluator: Evaluator, _scope: Scope) -> None:
-        handle = evaluator.value(statement.handle)
-        seconds = values.convert(evaluator.value(statement.timeout), n.TypeName("INT"))
-        self._in_transaction(lambda tx: tx.begin_conversation_timer(handle, timeout=seconds))
-        self.rowcount = 0
-
     # -- SELECT and DDL -------------------------------------------------------------------
 
     def _select(self, statement: n.Select, evaluator: Evaluator, scope: Scope) -> None:
@@ -588,30 +456,6 @@ class Session:
         else:
             self._in_transaction(lambda _tx: run_permission(self.db, statement, self.instance))
         self.rowcount = 0
-
-
-def _assign_rows(rows: Iterable[tuple[Any, ...]], assignments: list[tuple[str, str]], scope: Scope) -> int:
-    """``SELECT @v = expr ...``: each row assigns in turn (the last one wins, ``@s = @s + x``
-    accumulates: the rows are evaluated as they are read); the number of rows."""
-    count = 0
-    for row in rows:
-        for (variable, operator), value in zip(assignments, row, strict=True):
-            if operator != "=":
-                from broker.sql.expressions import arithmetic
-                value = arithmetic(operator[0], scope.scalar(variable).value, value)
-            scope.assign(variable, value)
-        count += 1
-    return count
-
-
-def _check_handle_variable(scope: Scope, name: str) -> None:
-    """The variable BEGIN DIALOG or GET CONVERSATION GROUP sets is declared (137) and a
-    uniqueidentifier (206), checked before the verb runs: a failure after it would
-    leave a conversation begun (or a group locked) that no variable holds."""
-    variable = scope.scalar(name)
-    if variable.type.name != "UNIQUEIDENTIFIER":
-        raise SqlError(OPERAND_TYPE_CLASH, "Operand type clash: uniqueidentifier is incompatible with "
-                                           f"{variable.type.name.lower()}")
 
 
 def _not_in_transaction(statement: str) -> SqlError:

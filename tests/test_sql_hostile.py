@@ -280,3 +280,31 @@ def test_an_unclosed_string_or_comment_is_a_lexer_error(session: Session, script
     error = failure(session, script)
     assert (error.number, error.message, error.line) == (number, message, line)
     assert printed(session.run(script)) == []  # nothing of the batch ran
+
+
+def test_dateadd_and_datediff_take_a_datepart_keyword_and_count_as_sql_server_does(session: Session) -> None:
+    outputs = ok(session, """
+        PRINT CONVERT(NVARCHAR(30), DATEADD(day, 1, '2020-01-01'), 120)
+        PRINT CONVERT(NVARCHAR(30), DATEADD(month, 1, '2020-01-31'), 120)  -- the month's last day
+        PRINT CONVERT(NVARCHAR(30), DATEADD(dd, 1.9, '2020-01-01'), 120)  -- the fraction is truncated
+        PRINT CONVERT(NVARCHAR(30), DATEADD(yy, -1, '2020-02-29'), 120)
+        PRINT CONVERT(NVARCHAR(30), DATEADD(qq, 1, '2020-11-30'), 120)
+        PRINT DATEDIFF(day, '2020-01-01 23:59', '2020-01-02 00:01')  -- one midnight crossed
+        PRINT DATEDIFF(week, '2020-01-04', '2020-01-05')  -- Saturday to Sunday
+        PRINT DATEDIFF(year, '2019-12-31', '2020-01-01')
+        PRINT DATEDIFF(hh, '2020-01-01 11:00', '2020-01-01 10:59')""")
+    assert [line[:19] for line in printed(outputs)] == [
+        "2020-01-02 00:00:00", "2020-02-29 00:00:00", "2020-01-02 00:00:00", "2019-02-28 00:00:00",
+        "2021-02-28 00:00:00", "1", "1", "1", "-1"]
+
+
+@pytest.mark.parametrize(("script", "number"), [
+    ("SELECT DATEADD('day', 1, '2020-01-01')", 1023),  # a datepart is a word, not a string
+    ("DECLARE @p NVARCHAR(10) = N'day'; SELECT DATEDIFF(@p, '2020-01-01', '2020-01-02')", 1023),
+    ("SELECT DATEADD(fortnight, 1, '2020-01-01')", 155),
+    ("SELECT DATEADD(year, 100000, '2020-01-01')", 517),
+    ("SELECT DATEADD(day, 9999999999, '2020-01-01')", 8115),
+    ("SELECT DATEDIFF(ms, '1900-01-01', '2020-01-01')", 535),
+])
+def test_bad_dateadd_and_datediff_calls_are_numbered(session: Session, script: str, number: int) -> None:
+    assert failure(session, script).number == number

@@ -16,8 +16,8 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from broker.sql import dates, values
 from broker.sql import nodes as n
-from broker.sql import values
 from broker.sql.errors import SqlError
 
 if TYPE_CHECKING:
@@ -232,7 +232,10 @@ class Evaluator:
                 raise SqlError(UNKNOWN_FUNCTION, f"The aggregate {name} needs a FROM clause here.")
             raise SqlError(UNKNOWN_FUNCTION, f"'{expr.name[-1]}' is not a recognized built-in function name.")
         arity, body = function
-        args = [self.value(arg, row) for arg in expr.args]
+        if name in _DATEPART_FIRST and expr.args:
+            args = [dates.datepart_keyword(name, expr.args[0]), *(self.value(arg, row) for arg in expr.args[1:])]
+        else:
+            args = [self.value(arg, row) for arg in expr.args]
         if arity is not None and len(args) not in arity:
             raise SqlError(ARGUMENT_COUNT, f"The {name.lower()} function requires {_arity_text(arity)} argument(s).")
         return body(self.session, args)
@@ -373,46 +376,11 @@ def _charindex(needle: Any, haystack: Any, start: Any = 1) -> int:
     return _s(haystack).casefold().find(_s(needle).casefold(), max(int(start) - 1, 0)) + 1
 
 
-_DATE_PARTS = {"year": "years", "yy": "years", "yyyy": "years", "month": "months", "mm": "months", "m": "months",
-               "day": "days", "dd": "days", "d": "days", "hour": "hours", "hh": "hours", "minute": "minutes",
-               "mi": "minutes", "n": "minutes", "second": "seconds", "ss": "seconds", "s": "seconds",
-               "millisecond": "milliseconds", "ms": "milliseconds"}
-
-
-def _date_part(part: Any) -> str:
-    unit = _DATE_PARTS.get(str(part).lower())
-    if unit is None:
-        raise SqlError(155, f"'{part}' is not a recognized dateadd option.")
-    return unit
-
-
-def _dateadd(part: Any, amount: Any, moment: Any) -> datetime:
-    unit = _date_part(part)
-    start: datetime = values.convert(moment, n.TypeName("DATETIME"))
-    if unit in ("years", "months"):
-        months = int(amount) * (12 if unit == "years" else 1)
-        year, month = divmod(start.month - 1 + months, 12)
-        return start.replace(year=start.year + year, month=month + 1)
-    moved: datetime = start + timedelta(**{unit: float(amount)})
-    return moved
-
-
-def _datediff(part: Any, first: Any, second: Any) -> int:
-    unit = _date_part(part)
-    a = values.convert(first, n.TypeName("DATETIME"))
-    b = values.convert(second, n.TypeName("DATETIME"))
-    if unit == "years":
-        return int(b.year - a.year)
-    if unit == "months":
-        return int((b.year - a.year) * 12 + b.month - a.month)
-    seconds = {"days": 86400, "hours": 3600, "minutes": 60, "seconds": 1, "milliseconds": 0.001}[unit]
-    return int((b - a).total_seconds() // seconds)
-
-
 def _session_value(read: Callable[[Session], Any]) -> Callable[[Session, list[Any]], Any]:
     return lambda session, _args: read(session)
 
 
+_DATEPART_FIRST = {"DATEADD", "DATEDIFF"}  # their first argument is a datepart keyword, never a value
 _NONE = range(0, 1)
 _ONE = range(1, 2)
 _TWO = range(2, 3)
@@ -446,8 +414,8 @@ _FUNCTIONS: dict[str, tuple[range | None, Callable[[Session, list[Any]], Any]]] 
     "CONCAT": (range(2, 255), lambda _s_, args: "".join(_s(arg) for arg in args if arg is not None)),
     "ABS": (_ONE, _text_or_none(lambda v: abs(_number(v)))),
     "NULLIF": (_TWO, lambda _s_, args: None if values.compare("=", args[0], args[1]) else args[0]),
-    "DATEADD": (range(3, 4), _text_or_none(_dateadd)),
-    "DATEDIFF": (range(3, 4), _text_or_none(_datediff)),
+    "DATEADD": (range(3, 4), _text_or_none(dates.dateadd)),
+    "DATEDIFF": (range(3, 4), _text_or_none(dates.datediff)),
     "ERROR_NUMBER": (_NONE, _session_value(lambda s: s.caught("number"))),
     "ERROR_MESSAGE": (_NONE, _session_value(lambda s: s.caught("message"))),
     "ERROR_SEVERITY": (_NONE, _session_value(lambda s: s.caught("level"))),

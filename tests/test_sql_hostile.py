@@ -308,3 +308,13 @@ def test_dateadd_and_datediff_take_a_datepart_keyword_and_count_as_sql_server_do
 ])
 def test_bad_dateadd_and_datediff_calls_are_numbered(session: Session, script: str, number: int) -> None:
     assert failure(session, script).number == number
+
+
+def test_decimals_round_half_away_from_zero_and_overflow_their_precision(session: Session) -> None:
+    outputs = ok(session, "PRINT CAST(1.25 AS DECIMAL(5,1)); PRINT CAST(-1.25 AS DECIMAL(5,1)); "
+                          "PRINT CAST(1.5 AS DECIMAL); PRINT CAST(12.34567 AS MONEY); "
+                          "DECLARE @d DECIMAL(10,2) = 3.145; PRINT @d; "
+                          "IF '1.5' = 1.5 PRINT 'exact'")  # a comparison keeps every digit
+    assert printed(outputs) == ["1.3", "-1.3", "2", "12.3457", "3.15", "exact"]
+    assert failure(session, "SELECT CAST(123.456 AS DECIMAL(3,1))").number == 8115
+    assert failure(session, "SELECT CAST(1000000 AS SMALLMONEY)").number == 8115

@@ -14,7 +14,7 @@ import re
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
 
 from lxml import etree
@@ -38,6 +38,9 @@ BINARY = {"VARBINARY", "BINARY", "IMAGE"}
 DATETIME = {"DATETIME", "DATETIME2", "SMALLDATETIME", "DATETIMEOFFSET", "DATE"}
 EXACT = {"DECIMAL", "NUMERIC", "MONEY", "SMALLMONEY"}
 APPROXIMATE = {"FLOAT", "REAL"}
+# MONEY and SMALLMONEY: their precision and scale, and their largest magnitude.
+_EXACT_SHAPES = {"MONEY": (19, 4), "SMALLMONEY": (10, 4)}
+_MONEY_LIMITS = {"MONEY": Decimal("922337203685477.5807"), "SMALLMONEY": Decimal("214748.3647")}
 KNOWN = (set(INTEGER_RANGES) | CHARACTER | BINARY | DATETIME | EXACT | APPROXIMATE
          | {"UNIQUEIDENTIFIER", "XML", "SQL_VARIANT"})
 
@@ -163,18 +166,30 @@ def _integer(value: Any, name: str) -> int:
     return number
 
 
-def _decimal(value: Any, target: TypeName) -> Decimal:
+def _exact(value: Any, type_name: str) -> Decimal:
+    """``value`` read as an exact number, every digit kept (245 when it is not one)."""
     try:
         number = Decimal(value.strip() if isinstance(value, str) else str(value))
     except InvalidOperation:
-        raise _failed(value, target.name.lower()) from None
+        raise _failed(value, type_name.lower()) from None
     if not number.is_finite():  # 'NaN', 'Infinity': Python reads them, SQL Server does not
-        raise _failed(value, target.name.lower())
-    if target.scale is not None:
-        try:
-            number = number.quantize(Decimal(1).scaleb(-target.scale))
-        except InvalidOperation:  # more digits than Python's decimal context holds
-            raise _overflow(target.name) from None
+        raise _failed(value, type_name.lower())
+    return number
+
+
+def _decimal(value: Any, target: TypeName) -> Decimal:
+    """``value`` as DECIMAL(p, s) (18, 0 when not given), MONEY or SMALLMONEY: rounded to
+    the scale, 8115 when it has more whole digits than the type holds."""
+    number = _exact(value, target.name)
+    precision, scale = _EXACT_SHAPES.get(target.name) or (target.length or 18, target.scale or 0)
+    try:
+        # SQL Server rounds half away from zero (Python's default is to the even digit).
+        number = number.quantize(Decimal(1).scaleb(-scale), rounding=ROUND_HALF_UP)
+    except InvalidOperation:  # more digits than Python's decimal context holds
+        raise _overflow(target.name) from None
+    limit = _MONEY_LIMITS.get(target.name)
+    if abs(number) >= Decimal(10) ** (precision - scale) or (limit is not None and abs(number) > limit):
+        raise _overflow(target.name)
     return number
 
 
@@ -338,10 +353,10 @@ def _comparable(left: Any, right: Any) -> tuple[Any, Any]:
         if isinstance(other, uuid.UUID):
             converted: Any = _guid(text)
         elif isinstance(other, bool) or isinstance(other, int):
-            converted = _integer(text, "BIGINT") if re.fullmatch(r"\s*[+-]?\d+\s*", text) else _decimal(
-                text, TypeName("DECIMAL"))
+            converted = _integer(text, "BIGINT") if re.fullmatch(r"\s*[+-]?\d+\s*", text) else _exact(
+                text, "DECIMAL")
         elif isinstance(other, (Decimal, float)):
-            converted = _decimal(text, TypeName("DECIMAL"))
+            converted = _exact(text, "DECIMAL")
         elif isinstance(other, datetime):
             converted = _datetime(text, "DATETIME")
         else:

@@ -397,7 +397,7 @@ def activation(value: object, *, creating: bool) -> dict[str, Any] | None:
     if "status" in given:
         checked["status"] = flag(given["status"], "ACTIVATION STATUS")
     if "procedure_name" in given:
-        checked["procedure_name"] = text(given["procedure_name"], "PROCEDURE_NAME", empty=False)
+        checked["procedure_name"] = text(given["procedure_name"], "PROCEDURE_NAME", longest=776, empty=False)
     if "max_queue_readers" in given:
         checked["max_queue_readers"] = integer(given["max_queue_readers"], "MAX_QUEUE_READERS",
                                                sql_type="smallint", minimum=0)

@@ -112,12 +112,18 @@ class Inspection:
         view = match.group(1)
         quoted = self._view_name(view)
         conditions, binds = [], []
+        columns = self._read(lambda ctx: _view_columns(ctx, view, quoted)) if where else {}
         for number, (column, value) in enumerate(where.items()):
-            if _COLUMN_NAME.match(column) is None:
+            if _COLUMN_NAME.match(column) is None or column not in columns:
                 raise BrokerError(207, f"Invalid column name '{column}'.")
             arguments.column_value(value, column, _COLUMN_KINDS.get(column))
             if isinstance(value, bool):  # the views' bit columns are integers (PostgreSQL compares no bool to them)
                 value = int(value)
+            kind = columns[column] if _COLUMN_KINDS.get(column) is None else None  # guids and times: checked above
+            if value is not None and kind is not None and isinstance(value, str) != (kind == "text"):
+                # PostgreSQL compares no number with text; SQLite would just match nothing.
+                raise BrokerError(206, f"Operand type clash: {type(value).__name__} is incompatible with the "
+                                       f"column {column}.")
             conditions.append(f'"{column}" = :where_{number}')
             binds.append(bindparam(f"where_{number}", value, type_=VIEW_COLUMN_TYPES.get(column)))
         sql = f"SELECT * FROM {quoted}" + (f" WHERE {' AND '.join(conditions)}" if conditions else "")
@@ -185,6 +191,34 @@ class Inspection:
     def _read(self, verb: Callable[[TxContext], T]) -> T:
         with self.snapshot() as tx:
             return tx.read(verb)
+
+
+# Each catalog view's columns, by backend: "number" or "text" where the backend declares
+# it, else None (PostgreSQL checks the kinds itself). The views are fixed by the schema
+# revision, which is this release's.
+_VIEW_COLUMNS: dict[tuple[str, str], dict[str, str | None]] = {}
+
+
+def _view_columns(ctx: TxContext, view: str, quoted: str) -> dict[str, str | None]:
+    backend = ctx.conn.dialect.name
+    known = _VIEW_COLUMNS.get((backend, view))
+    if known is None:
+        if backend == "sqlite":
+            rows = ctx.conn.exec_driver_sql(f"PRAGMA table_xinfo({quoted})").all()
+            known = {row[1]: _declared_kind(row[1], row[2]) for row in rows}
+        else:
+            known = dict.fromkeys(ctx.conn.execute(text(f"SELECT * FROM {quoted} WHERE 1 = 0")).keys())
+        _VIEW_COLUMNS[(backend, view)] = known
+    return known
+
+
+def _declared_kind(column: str, declared: str) -> str | None:
+    """What SQLite declares a view column to be; a column it computes declares nothing,
+    but the ``is_`` ones are bits."""
+    declared = declared.upper()
+    if "INT" in declared or column.startswith("is_"):
+        return "number"
+    return "text" if "CHAR" in declared else None
 
 
 def _queue_table(ctx: TxContext, queue: str) -> Table:

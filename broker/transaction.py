@@ -429,7 +429,13 @@ class Transaction:
         (``Broker.snapshot``) a statement that writes is refused with 3906 and dooms it.
         """
         statement = arguments.text(sql, "SQL statement", empty=False)
+        for name, value in params.items():  # what no backend can take, refused alike on every one
+            if isinstance(value, str):
+                arguments.text(value, f"the parameter :{name}")
+            elif isinstance(value, int) and not isinstance(value, bool):
+                arguments.integer(value, f"the parameter :{name}", sql_type="bigint")
         self._wrote = True
+
         def run(ctx: TxContext) -> list[dict[str, Any]]:
             result = ctx.conn.execute(text(statement), params)
             rows = [dict(row) for row in result.mappings()] if result.returns_rows else []

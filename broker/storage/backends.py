@@ -216,6 +216,10 @@ class Backend:
         waiting (``WriteLock.release``). If it ``committed`` a change, return only once
         that is durable; ``meanwhile`` runs after the lock is let go, before that wait
         (SQLite: :mod:`broker.storage.durable_commits`)."""
+        if conn.invalidated:  # lost: nothing committed; its lock went back as it closed (``_on_invalidate``)
+            if meanwhile is not None:
+                meanwhile()
+            return
         _give_back(conn.info, committed=committed, meanwhile=meanwhile)
 
     def changes(self, conn: Connection) -> int | None:

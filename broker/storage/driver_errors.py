@@ -19,6 +19,7 @@ _SQLITE_NUMBERS = {
     8: (3906, "Failed to update database because the database is read-only."),  # SQLITE_READONLY
     10: (823, "The operating system returned an error on a read or write of the database file."),  # IOERR
     11: (824, "The database file is corrupt."),  # SQLITE_CORRUPT
+    18: (8459, "The message is larger than the database stores (SQLite: 1,000,000,000 bytes)."),  # TOOBIG
     13: (1105, "Could not allocate space in the database: the disk is full."),  # SQLITE_FULL
     26: (5120, "The file is not a database."),  # SQLITE_NOTADB
 }
@@ -29,6 +30,7 @@ _POSTGRES_NUMBERS = {
     "40001": (1205, "The transaction could not be serialized with a concurrent one. Rerun the transaction."),
     "55P03": (1222, "Lock request time out period exceeded."),
     "57014": (1222, "The statement was canceled (a statement or lock timeout ran out)."),
+    "25006": (3906, "Failed to update database because the database is read-only."),  # read-only, hot standby
     "53100": (1105, "Could not allocate space in the database: the disk is full."),
     "42883": (206, "Operand type clash."),
     "42804": (206, "Operand type clash."),

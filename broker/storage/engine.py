@@ -45,6 +45,10 @@ def create_broker_engine(url: str, **kwargs: Any) -> Engine:
     parsed = parse_url(url)
     if parsed.get_backend_name() == "sqlite":
         check_sqlite_file(url, parsed)
+    else:
+        # Text travels as UTF-8 whatever the URL or the server's default says: another
+        # client encoding fails on names it cannot carry, outside any numbered error.
+        kwargs["connect_args"] = {**kwargs.get("connect_args", {}), "client_encoding": "utf8"}
     try:
         engine = create_engine(parsed, **kwargs)
     except ImportError as exc:  # the dialect imports its driver here
@@ -93,7 +97,10 @@ def check_sqlite_file(url: str, parsed: URL) -> None:
         raise _bad_url(url, "the broker needs a SQLite file (several connections share its locks)")
     if parsed.query.get("uri"):
         return  # a file: URI names its file in SQLite's own syntax: SQLite checks it
-    reason = _why_sqlite_cannot_open(Path(database))
+    try:
+        reason = _why_sqlite_cannot_open(Path(database))
+    except OSError as exc:  # a name too long for the file system, a loop of links
+        reason = exc.strerror or str(exc)
     if reason is not None:
         raise InvalidArgumentError(5120, path=database, reason=reason)
 

@@ -63,6 +63,12 @@ def end_transaction(conn: Connection, *, commit: bool) -> BaseException | None:
     the caller finishes what a commit needs (the flush, the write lock) before raising
     it. Anything raised means the transaction is rolled back.
     """
+    if conn.invalidated:  # the connection was lost: the server has rolled the transaction back
+        conn.rollback()  # SQLAlchemy forgets it too
+        if commit:
+            raise BrokerError(10054, "The connection to the database server was lost; the transaction was "
+                                     "rolled back.")
+        return None
     driver = conn.connection.dbapi_connection
     assert driver is not None  # a checked-out connection always has one
     if conn.in_transaction():

@@ -167,6 +167,8 @@ def write_held(conn: Connection, buffer: Pending) -> None:
 
 def discard(conn: Connection) -> None:
     """Drop whatever the buffer holds (the transaction began or ended)."""
+    if conn.invalidated:
+        return  # the connection is lost, and its info (the buffer too) is cleared before any reuse
     buffer: Pending | None = conn.info.get(INFO_KEY)
     if buffer is not None:
         buffer.clear()

@@ -107,6 +107,9 @@ class DatabaseState:
 
     def checkin(self, conn: Connection) -> None:
         """Keep ``conn`` for this thread's next transaction, or close it."""
+        if conn.invalidated:  # the server shut it mid-transaction: nothing of it is usable
+            conn.close()
+            return
         # A transaction begun on the driver (``Backend.begin_on_driver``) and left open
         # is invisible to SQLAlchemy: closing hands it to the pool, which rolls it back.
         reusable = (not conn.closed and not conn.invalidated and not conn.in_transaction()

@@ -192,12 +192,13 @@ def settle(ctx: TxContext, delivery: Delivery, sent: dict[int, OutboundMessage])
         if not receipt.acknowledged or receipt.error is not None:
             others.setdefault(receipt.message_id, []).append(receipt)
     gone = _forget(ctx, list(acknowledged), delivery.broker_instance)
-    for message_id in gone:
-        message = sent[message_id]
-        if message.kind != "message":
-            endpoint = ep.find_endpoint(ctx, message.conversation_handle)
-            if endpoint is not None and endpoint.state == "DO":
-                ep.close_endpoint(ctx, endpoint)  # the far side has our EndDialog / Error
+    # An ended endpoint (DO) closes once the far side has its EndDialog / Error and every
+    # message before it: an EndDialog may be acknowledged ahead of an earlier message (one
+    # still arriving in fragments, or in a batch that was lost), which must still go.
+    for handle in {sent[message_id].conversation_handle for message_id in gone}:
+        endpoint = ep.find_endpoint(ctx, handle)
+        if endpoint is not None and endpoint.state == "DO" and not _holds_outbound(ctx, handle):
+            ep.close_endpoint(ctx, endpoint)
     for message_id, receipts in others.items():
         message, last = sent[message_id], receipts[-1]
         if message_id not in acknowledged:
@@ -213,6 +214,12 @@ def settle(ctx: TxContext, delivery: Delivery, sent: dict[int, OutboundMessage])
             if endpoint is not None:
                 broker_error(ctx, endpoint, error.code, error.description)
     return len(gone)
+
+
+def _holds_outbound(ctx: TxContext, handle: uuid.UUID) -> bool:
+    """Whether the endpoint ``handle`` still has messages of its own to send."""
+    return ctx.conn.execute(select(_t.c.message_id).where(
+        _t.c.conversation_handle == handle, _t.c.to_conversation_handle.is_(None)).limit(1)).first() is not None
 
 
 def _count_held(ctx: TxContext, message: OutboundMessage, held: int, far_broker: str) -> bool:

@@ -195,8 +195,19 @@ def retry_held(ctx: TxContext, handles: set[uuid.UUID] | None = None, *, routed_
             blocked.add((inbound, row.conversation_handle))
 
 
+def _still_held(ctx: TxContext, message_id: int) -> bool:
+    """Whether the transmission queue still holds ``message_id``, read (and locked) once
+    the dialog's endpoint is locked: under READ COMMITTED another transaction (the
+    transmitter, an ALTER QUEUE) may have delivered it since the rows were read, and
+    delivering it again would duplicate it."""
+    return ctx.conn.execute(select(ep.transmissions.c.message_id).where(
+        ep.transmissions.c.message_id == message_id).with_for_update()).first() is not None
+
+
 def _retry_system_message(ctx: TxContext, row: Row[Any]) -> bool:
     receiver = ep.find_endpoint(ctx, row.to_conversation_handle)
+    if not _still_held(ctx, row.message_id):
+        return True
     if receiver is not None:
         queue = queue_of(ctx, receiver)
         if not queue.enqueue_enabled:
@@ -208,6 +219,8 @@ def _retry_system_message(ctx: TxContext, row: Row[Any]) -> bool:
 
 def _retry_sequenced(ctx: TxContext, row: Row[Any], routed_here: bool) -> bool:
     sender = ep.find_endpoint(ctx, row.conversation_handle)
+    if not _still_held(ctx, row.message_id):
+        return True
     if sender is None:
         ctx.conn.execute(delete(ep.transmissions).where(ep.transmissions.c.message_id == row.message_id))
         return True

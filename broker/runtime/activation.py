@@ -267,13 +267,14 @@ class ActivationManager:
         """Readers running on the queue in every runtime (their task rows), read in the caller's transaction.
 
         Runtimes take turns with the write lock, so together they never exceed
-        MAX_QUEUE_READERS. At the limit with other processes' rows, rows of processes
-        that have died are removed first.
+        MAX_QUEUE_READERS. With other processes' rows, rows of processes that have died
+        are removed first: counted, they would never receive, and ``_behind`` would wait
+        for them for good.
         """
         with self._lock:
             ours = len(monitor.readers)
         rows = task_count(ctx, monitor.queue.id)
-        if rows >= monitor.queue.max_readers and rows > ours and forget_dead_tasks(ctx):
+        if rows > ours and forget_dead_tasks(ctx):
             rows = task_count(ctx, monitor.queue.id)
         # A reader deletes its row just before it leaves monitor.readers.
         return max(ours, rows)

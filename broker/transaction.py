@@ -210,14 +210,16 @@ class Transaction:
         if timeout is None or timeout == 0:
             return self._call(attempt)
         deadline = float("inf") if timeout == FOREVER else time.monotonic() + timeout
-        # Other processes' commits must reach the notifier before the first look.
-        self._state.backend.start_listening(self._state.engine, self._state.notifier)
         while True:
             # Read before the attempt: a commit after it then ends the wait at once. The
             # catalog is read again after it too: a DDL commit (a queue disabled) that
             # came between the transaction's snapshot and ``seen`` would otherwise go
             # unseen until the timeout.
             seen = self._call(lambda ctx: self._state.notifier.counter(receiving.receivable_queue(ctx, queue).id))
+            # Other processes' commits must reach the notifier before each look. After
+            # ``seen``: a listener that failed before it (its wake-up counted in ``seen``)
+            # is replaced here, one that fails later wakes the wait.
+            self._listen()
             self._call(TxContext.refresh_catalog)
             result = self._call(attempt)
             if result is not None and result != []:
@@ -226,6 +228,12 @@ class Transaction:
             if time.monotonic() >= deadline or self._stopping():
                 return empty
             self._wait(queue, seen, deadline)
+
+    def _listen(self) -> None:
+        try:
+            self._state.backend.start_listening(self._state.engine, self._state.notifier)
+        except self._state.database_errors as exc:
+            raise as_broker_error(exc) from exc
 
     def _stopping(self) -> bool:
         """Whether this thread is an activated reader whose runtime is stopping: its WAITFOR

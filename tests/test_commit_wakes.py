@@ -96,3 +96,25 @@ def test_threads_wait_for_their_turn_and_each_gets_it(tutorial: broker.Broker) -
         thread.join(30)
     assert len(set(done)) == 4
     wait_until(lambda: not turn.locked(), 5.0)
+
+
+def test_a_wait_without_end_on_the_notifier_waits_until_woken(db: broker.Broker) -> None:
+    """WAITFOR without a timeout waits on the notifier for ``inf`` seconds (PostgreSQL,
+    whose listener wakes it): the platform's lock refused that timeout with an
+    OverflowError, so RECEIVE ... timeout=-1 failed as soon as it began to wait."""
+    notifier = db._state.notifier
+    outcome: list[object] = []
+
+    def wait() -> None:
+        try:
+            outcome.append(notifier.wait(7, notifier.counter(7), float("inf")))
+        except Exception as exc:  # noqa: BLE001 - the failure the test looks for
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    # Waiting on the condition, or already failed.
+    wait_until(lambda: outcome or notifier._condition._waiters, 30)  # type: ignore[attr-defined]
+    notifier.notify({7})
+    waiter.join(30)
+    assert outcome == [True]

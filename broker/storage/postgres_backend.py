@@ -389,12 +389,13 @@ class _Listener:
         self._connection.execute(f"LISTEN {CHANNEL}")
         self._notifier = notifier
         self._stopping = threading.Event()
+        self._failed = False  # set before the waiters are woken: they replace this listener
         self._thread = threading.Thread(target=self._run, name="broker-listen", daemon=True)
         self._thread.start()
 
     @property
     def alive(self) -> bool:
-        return self._thread.is_alive()
+        return self._thread.is_alive() and not self._failed
 
     def _run(self) -> None:
         try:
@@ -406,7 +407,8 @@ class _Listener:
                         self._notifier.notify({int(notice.payload)})
         except Exception:
             if not self._stopping.is_set():
-                log.exception("LISTEN connection failed; waiters fall back to their timeouts")
+                self._failed = True
+                log.exception("LISTEN connection failed; the next wait opens another")
                 self._notifier.notify_all()
         finally:
             self._connection.close()

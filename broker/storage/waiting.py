@@ -26,6 +26,10 @@ FIRST_CHECK_S = 0.001
 LONGEST_CHECK_S = 0.004  # a commit by another process is seen within this, while nothing happens
 
 
+# The longest one wait on the notifier lasts; a wait without end repeats it.
+_LONGEST_WAIT_S = 86_400.0
+
+
 class QueueNotifier:
     """Per-queue commit counters with one condition variable, shared in a process."""
 
@@ -51,9 +55,13 @@ class QueueNotifier:
             self._condition.notify_all()
 
     def wait(self, queue_id: int, seen: int, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for a commit to ``queue_id``; True if one came."""
+        """Wait up to ``timeout`` seconds for a commit to ``queue_id``; True if one came.
+
+        A wait without end (``inf``: WAITFOR with no TIMEOUT) waits a day at a time: the
+        platform's lock takes no longer timeout (OverflowError)."""
         with self._condition:
-            return self._condition.wait_for(lambda: self._counters.get(queue_id, 0) + self._all != seen, timeout)
+            return self._condition.wait_for(lambda: self._counters.get(queue_id, 0) + self._all != seen,
+                                            min(timeout, _LONGEST_WAIT_S))
 
 
 def wait_for_queue(

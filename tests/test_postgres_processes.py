@@ -296,3 +296,17 @@ def test_a_waitfor_that_cannot_open_its_listen_connection_raises_a_broker_error(
     out, err = child.communicate(timeout=120)
     assert child.returncode == 0, err
     assert out.startswith("BrokerError"), out
+
+
+def test_a_runtime_opens_its_listen_connection_again_when_it_is_lost(pg_url: str) -> None:
+    """The runtime opened the LISTEN connection that wakes its scheduler once, when it
+    started: once lost, it fell back to polling for good (and had it failed to open at
+    the start, the scheduler's thread died). It is opened again before the next pass."""
+    db = _objects(pg_url)
+    try:
+        with db.runtime(poll_interval=0.5):
+            assert _wait_for(lambda: _listeners(pg_url) > 0, 60, step=0.2), "no LISTEN connection seen"
+            assert _terminate_listeners(pg_url) > 0
+            assert _wait_for(lambda: _listeners(pg_url) > 0, 60, step=0.2), "no LISTEN connection again"
+    finally:
+        db.dispose()

@@ -327,8 +327,14 @@ class PostgresBackend(Backend):
 
     @contextmanager
     def watching(self, engine: Engine, notifier: QueueNotifier) -> Iterator[CommitWatch]:
-        self.start_listening(engine, notifier)
-        yield CommitWatch(notifier, None)
+        """PostgreSQL: the process's listener, opened again at each mark when it failed;
+        while it cannot be opened (the server is unreachable) the runtime polls."""
+        def listen() -> None:
+            try:
+                self.start_listening(engine, notifier)
+            except Exception:  # noqa: BLE001 - whatever the driver raises: polled meanwhile
+                log.warning("cannot open the LISTEN connection; polling until it opens", exc_info=True)
+        yield CommitWatch(notifier, None, listen)
 
 
 def _simple_query(driver: Any, query: bytes) -> Any:

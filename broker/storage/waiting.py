@@ -114,15 +114,21 @@ class CommitWatch:
     """Waits for any commit to a database, by this process or another (the runtime's).
 
     ``mark()`` before looking at the database, ``wait(mark, deadline)`` after: a commit
-    made in between ends the wait at once.
+    made in between ends the wait at once. ``listen``, where the backend signals other
+    processes' commits itself, (re)opens what signals them; each ``mark()`` calls it.
     """
 
-    def __init__(self, notifier: QueueNotifier, dbapi_connection: Any | None) -> None:
+    def __init__(self, notifier: QueueNotifier, dbapi_connection: Any | None,
+                 listen: Callable[[], None] | None = None) -> None:
         self._notifier = notifier
         self._dbapi = dbapi_connection
+        self._listen = listen
 
     def mark(self) -> tuple[int, int | None]:
-        return self._notifier.counter(ANY_QUEUE), _data_version(self._dbapi)
+        seen = self._notifier.counter(ANY_QUEUE)
+        if self._listen is not None:
+            self._listen()  # after ``seen``: a listener that failed before it is replaced now
+        return seen, _data_version(self._dbapi)
 
     def wait(self, mark: tuple[int, int | None], deadline: float) -> None:
         seen, version = mark

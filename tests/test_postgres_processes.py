@@ -216,26 +216,24 @@ print(len(got), time.monotonic() - started, flush=True)
 """
 
 
-def _listeners(url: str) -> int:
-    engine = create_engine(url, isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as conn:
-            return int(conn.execute(text(
-                "SELECT count(*) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND query LIKE 'LISTEN %'")).scalar_one())
-    finally:
-        engine.dispose()
-
-
-def _terminate_listeners(url: str) -> int:
+def _on_listeners(url: str, what: str) -> int:
+    """How many rows ``SELECT {what} FROM`` the LISTEN connections on ``url`` gives."""
     engine = create_engine(url, isolation_level="AUTOCOMMIT")
     try:
         with engine.connect() as conn:
             return len(conn.execute(text(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                f"SELECT {what} FROM pg_stat_activity "
                 "WHERE datname = current_database() AND query LIKE 'LISTEN %'")).all())
     finally:
         engine.dispose()
+
+
+def _listeners(url: str) -> int:
+    return _on_listeners(url, "pid")
+
+
+def _terminate_listeners(url: str) -> int:
+    return _on_listeners(url, "pg_terminate_backend(pid)")
 
 
 def test_a_waitfor_under_way_when_the_listen_connection_dies_still_wakes(pg_url: str) -> None:

@@ -318,3 +318,8 @@ def test_decimals_round_half_away_from_zero_and_overflow_their_precision(session
     assert printed(outputs) == ["1.3", "-1.3", "2", "12.3457", "3.15", "exact"]
     assert failure(session, "SELECT CAST(123.456 AS DECIMAL(3,1))").number == 8115
     assert failure(session, "SELECT CAST(1000000 AS SMALLMONEY)").number == 8115
+
+
+def test_numeric_text_in_arithmetic_keeps_its_fraction(session: Session) -> None:
+    outputs = ok(session, "PRINT ABS('1.5'); PRINT '2.5' * 2; PRINT -'1.5'; PRINT '1.25' + 0.5")
+    assert printed(outputs) == ["1.5", "5.0", "-1.5", "1.75"]

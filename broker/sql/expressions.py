@@ -258,7 +258,7 @@ def _number(value: Any) -> Any:
         try:
             return values.convert(value, n.TypeName("BIGINT"))
         except SqlError:
-            return values.convert(value, n.TypeName("DECIMAL"))
+            return values.exact_number(value, "DECIMAL")  # every digit: no DECIMAL(18, 0) rounding
     raise SqlError(8117, f"Operand data type {values.type_of(value)} is invalid for arithmetic operators.")
 
 

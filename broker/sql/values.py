@@ -166,7 +166,7 @@ def _integer(value: Any, name: str) -> int:
     return number
 
 
-def _exact(value: Any, type_name: str) -> Decimal:
+def exact_number(value: Any, type_name: str) -> Decimal:
     """``value`` read as an exact number, every digit kept (245 when it is not one)."""
     try:
         number = Decimal(value.strip() if isinstance(value, str) else str(value))
@@ -180,7 +180,7 @@ def _exact(value: Any, type_name: str) -> Decimal:
 def _decimal(value: Any, target: TypeName) -> Decimal:
     """``value`` as DECIMAL(p, s) (18, 0 when not given), MONEY or SMALLMONEY: rounded to
     the scale, 8115 when it has more whole digits than the type holds."""
-    number = _exact(value, target.name)
+    number = exact_number(value, target.name)
     precision, scale = _EXACT_SHAPES.get(target.name) or (target.length or 18, target.scale or 0)
     try:
         # SQL Server rounds half away from zero (Python's default is to the even digit).
@@ -353,10 +353,10 @@ def _comparable(left: Any, right: Any) -> tuple[Any, Any]:
         if isinstance(other, uuid.UUID):
             converted: Any = _guid(text)
         elif isinstance(other, bool) or isinstance(other, int):
-            converted = _integer(text, "BIGINT") if re.fullmatch(r"\s*[+-]?\d+\s*", text) else _exact(
+            converted = _integer(text, "BIGINT") if re.fullmatch(r"\s*[+-]?\d+\s*", text) else exact_number(
                 text, "DECIMAL")
         elif isinstance(other, (Decimal, float)):
-            converted = _exact(text, "DECIMAL")
+            converted = exact_number(text, "DECIMAL")
         elif isinstance(other, datetime):
             converted = _datetime(text, "DATETIME")
         else:

@@ -131,6 +131,32 @@ def test_a_connection_lost_inside_a_transaction_is_10054(tutorial: broker.Broker
 
 
 @postgres_only
+def test_a_connection_another_session_ends_inside_a_transaction_is_10054(tutorial: broker.Broker,
+                                                                         db_url: str) -> None:
+    """Ended by another session (an administrator, a failover), the connection is not
+    one SQLAlchemy invalidates: the rollback at the end of the ``with`` block failed, and
+    its raw OperationalError took the place of the verb's 10054."""
+    handle = open_dialog(tutorial)
+    watcher = broker.connect(db_url)
+
+    def lose_the_connection() -> None:
+        with tutorial.transaction() as tx:
+            tx.send(handle, REQUEST, b"<RequestMsg>lost</RequestMsg>")
+            [row] = tx.query("SELECT pg_backend_pid() AS pid")
+            with watcher.transaction() as other:
+                other.query("SELECT pg_terminate_backend(:pid)", pid=row["pid"])
+            tx.send(handle, REQUEST, b"<RequestMsg>after</RequestMsg>")
+
+    try:
+        assert number_of(lose_the_connection) == 10054
+    finally:
+        watcher.dispose()
+    [row] = tutorial.catalog("sys.conversation_endpoints", conversation_handle=handle)
+    assert row["send_sequence"] == 1  # the lost transaction's SENDs did not stay
+    still_works(tutorial)
+
+
+@postgres_only
 def test_a_client_encoding_that_cannot_carry_the_text_is_never_a_raw_error(tutorial: broker.Broker,
                                                                              db_url: str) -> None:
     """``?client_encoding=latin1`` made psycopg raise a raw UnicodeEncodeError for any

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -73,7 +74,7 @@ def end_transaction(conn: Connection, *, commit: bool) -> BaseException | None:
     assert driver is not None  # a checked-out connection always has one
     if conn.in_transaction():
         if not commit:
-            conn.rollback()
+            _roll_back(conn, conn.rollback)
             return None
         try:
             conn.commit()
@@ -81,7 +82,7 @@ def end_transaction(conn: Connection, *, commit: bool) -> BaseException | None:
             # A failed commit leaves SQLAlchemy's transaction to be rolled back. Nothing
             # tells whether an interruption came after the commit: SQLAlchemy may have
             # rolled the driver back itself. Reported as not committed.
-            conn.rollback()
+            _roll_back(conn, conn.rollback)
             raise
         return None
     if commit:
@@ -92,13 +93,24 @@ def end_transaction(conn: Connection, *, commit: bool) -> BaseException | None:
             if _stood(exc, driver):
                 pending.discard(conn)
                 return exc
-            driver.rollback()
+            _roll_back(conn, driver.rollback)
             pending.discard(conn)
             raise
     else:
-        driver.rollback()
+        _roll_back(conn, driver.rollback)
         pending.discard(conn)
     return None
+
+
+def _roll_back(conn: Connection, rollback: Callable[[], None]) -> None:
+    """Roll back with ``rollback``. One that fails means the connection is lost (the
+    server rolls back on its own): the connection is invalidated, which gives its write
+    lock back, rather than the failure taking the place of what caused the rollback."""
+    try:
+        rollback()
+    except Exception:  # noqa: BLE001 - whatever the driver raises on a dead connection
+        conn.invalidate()
+        conn.rollback()  # SQLAlchemy forgets the transaction of the invalidated connection
 
 
 def _stood(exc: BaseException, driver: Any) -> bool:

@@ -112,7 +112,9 @@ class Inspection:
         view = match.group(1)
         quoted = self._view_name(view)
         conditions, binds = [], []
-        columns = self._read(lambda ctx: _view_columns(ctx, view, quoted)) if where else {}
+        columns = _VIEW_COLUMNS.get((self._state.engine.dialect.name, view)) if where else {}
+        if columns is None:
+            columns = self._read(lambda ctx: _view_columns(ctx, view, quoted))
         for number, (column, value) in enumerate(where.items()):
             if _COLUMN_NAME.match(column) is None or column not in columns:
                 raise BrokerError(207, f"Invalid column name '{column}'.")

@@ -5,7 +5,8 @@ destination acknowledges it. The transmitter (``broker.runtime.transmitter``) re
 due ones (:func:`due_messages`), routes them, sends them as frames, and settles the
 receipts here in the sender's transaction (:func:`settle`): an acknowledged message
 leaves the queue (the first acknowledgement names the far side's broker instance, and an
-acknowledged EndDialog or Error closes an endpoint that has ended), a refused one waits
+endpoint that has ended closes once its EndDialog or Error and every message before it
+are acknowledged), a refused one waits
 with the reason and a growing back-off, a broker error ends this side of the dialog.
 
 A large message for another instance goes in fragments (:func:`frames_in_fragments`),
@@ -195,7 +196,7 @@ def settle(ctx: TxContext, delivery: Delivery, sent: dict[int, OutboundMessage])
     # An ended endpoint (DO) closes once the far side has its EndDialog / Error and every
     # message before it: an EndDialog may be acknowledged ahead of an earlier message (one
     # still arriving in fragments, or in a batch that was lost), which must still go.
-    for handle in {sent[message_id].conversation_handle for message_id in gone}:
+    for handle in _ended_among(ctx, {sent[message_id].conversation_handle for message_id in gone}):
         endpoint = ep.find_endpoint(ctx, handle)
         if endpoint is not None and endpoint.state == "DO" and not _holds_outbound(ctx, handle):
             ep.close_endpoint(ctx, endpoint)
@@ -214,6 +215,15 @@ def settle(ctx: TxContext, delivery: Delivery, sent: dict[int, OutboundMessage])
             if endpoint is not None:
                 broker_error(ctx, endpoint, error.code, error.description)
     return len(gone)
+
+
+def _ended_among(ctx: TxContext, handles: set[uuid.UUID]) -> list[uuid.UUID]:
+    """Which of ``handles`` name endpoints that have ended (DO), in one query: the few
+    that may close, out of every dialog a batch settles."""
+    if not handles:
+        return []
+    return sorted(ctx.conn.execute(select(_e.c.conversation_handle).where(
+        _e.c.conversation_handle.in_(handles), _e.c.state == "DO")).scalars())
 
 
 def _holds_outbound(ctx: TxContext, handle: uuid.UUID) -> bool:

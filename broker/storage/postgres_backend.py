@@ -329,11 +329,18 @@ class PostgresBackend(Backend):
     def watching(self, engine: Engine, notifier: QueueNotifier) -> Iterator[CommitWatch]:
         """PostgreSQL: the process's listener, opened again at each mark when it failed;
         while it cannot be opened (the server is unreachable) the runtime polls."""
+        failing = False
+
         def listen() -> None:
+            nonlocal failing
             try:
                 self.start_listening(engine, notifier)
             except Exception:  # noqa: BLE001 - whatever the driver raises: polled meanwhile
-                log.warning("cannot open the LISTEN connection; polling until it opens", exc_info=True)
+                if not failing:  # once per outage
+                    log.warning("cannot open the LISTEN connection; polling until it opens", exc_info=True)
+                failing = True
+            else:
+                failing = False
         yield CommitWatch(notifier, None, listen)
 
 
@@ -391,8 +398,12 @@ class _Listener:
         connection: Any = raw.driver_connection
         raw.detach()  # never goes back to the pool: closed by this listener
         self._connection = connection
-        self._connection.autocommit = True
-        self._connection.execute(f"LISTEN {CHANNEL}")
+        try:
+            self._connection.autocommit = True
+            self._connection.execute(f"LISTEN {CHANNEL}")
+        except BaseException:
+            connection.close()  # detached: nobody else would
+            raise
         self._notifier = notifier
         self._stopping = threading.Event()
         self._failed = False  # set before the waiters are woken: they replace this listener

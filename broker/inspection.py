@@ -202,15 +202,14 @@ _VIEW_COLUMNS: dict[tuple[str, str], dict[str, str | None]] = {}
 
 
 def _view_columns(ctx: TxContext, view: str, quoted: str) -> dict[str, str | None]:
+    """Read (and keep in ``_VIEW_COLUMNS``) the columns of ``view``."""
     backend = ctx.conn.dialect.name
-    known = _VIEW_COLUMNS.get((backend, view))
-    if known is None:
-        if backend == "sqlite":
-            rows = ctx.conn.exec_driver_sql(f"PRAGMA table_xinfo({quoted})").all()
-            known = {row[1]: _declared_kind(row[1], row[2]) for row in rows}
-        else:
-            known = dict.fromkeys(ctx.conn.execute(text(f"SELECT * FROM {quoted} WHERE 1 = 0")).keys())
-        _VIEW_COLUMNS[(backend, view)] = known
+    if backend == "sqlite":
+        rows = ctx.conn.exec_driver_sql(f"PRAGMA table_xinfo({quoted})").all()
+        known = {row[1]: _declared_kind(row[1], row[2]) for row in rows}
+    else:
+        known = dict.fromkeys(ctx.conn.execute(text(f"SELECT * FROM {quoted} WHERE 1 = 0")).keys())
+    _VIEW_COLUMNS[(backend, view)] = known
     return known
 
 

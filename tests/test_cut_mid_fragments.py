@@ -7,9 +7,10 @@
   holds it ahead of the gap) while the large message is not complete. The sender must
   not close its endpoint then: the large message still has to go, and the target's
   EndDialog waits behind it.
-* A raw database error while a destination applies a batch (a retry racing an apply
-  still running after its connection was cut) answers the batch with refused receipts:
-  it must never leave the batch unanswered until the receipt timeout.
+* A database error while a destination applies a batch (a retry racing an apply still
+  running after its connection was cut) answers the batch with refused receipts: the
+  verb numbers the error, and the batch is never left unanswered until the receipt
+  timeout.
 """
 
 from __future__ import annotations

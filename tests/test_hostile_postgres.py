@@ -112,40 +112,32 @@ def test_a_read_only_postgresql_database_is_3906_as_on_sqlite(tutorial: broker.B
     still_works(tutorial)
 
 
+def _ends_itself(tx: broker.Transaction, _watcher: broker.Broker, _handle: uuid.UUID) -> None:
+    tx.query("SELECT pg_terminate_backend(pg_backend_pid())")
+
+
+def _ended_by_another_session(tx: broker.Transaction, watcher: broker.Broker, handle: uuid.UUID) -> None:
+    [row] = tx.query("SELECT pg_backend_pid() AS pid")
+    with watcher.transaction() as other:
+        other.query("SELECT pg_terminate_backend(:pid)", pid=row["pid"])
+    tx.send(handle, REQUEST, b"<RequestMsg>after</RequestMsg>")  # the next verb finds it gone
+
+
 @postgres_only
-def test_a_connection_lost_inside_a_transaction_is_10054(tutorial: broker.Broker) -> None:
+@pytest.mark.parametrize("lose", [_ends_itself, _ended_by_another_session])
+def test_a_connection_lost_inside_a_transaction_is_10054(tutorial: broker.Broker, db_url: str, lose) -> None:  # type: ignore[no-untyped-def]
     """The server shutting the connection mid-transaction must give 10054 out of the
-    ``with`` block, not SQLAlchemy's raw PendingRollbackError (raised by the rollback that
-    touched the invalidated connection, hiding the 10054)."""
-    handle = open_dialog(tutorial)
-
-    def lose_the_connection() -> None:
-        with tutorial.transaction() as tx:
-            tx.send(handle, REQUEST, b"<RequestMsg>lost</RequestMsg>")
-            tx.query("SELECT pg_terminate_backend(pg_backend_pid())")
-
-    assert number_of(lose_the_connection) == 10054
-    [row] = tutorial.catalog("sys.conversation_endpoints", conversation_handle=handle)
-    assert row["send_sequence"] == 1  # the lost transaction's SEND did not stay
-    still_works(tutorial)
-
-
-@postgres_only
-def test_a_connection_another_session_ends_inside_a_transaction_is_10054(tutorial: broker.Broker,
-                                                                         db_url: str) -> None:
-    """Ended by another session (an administrator, a failover), the connection is not
-    one SQLAlchemy invalidates: the rollback at the end of the ``with`` block failed, and
-    its raw OperationalError took the place of the verb's 10054."""
+    ``with`` block. Ended by the transaction itself, the rollback touched the invalidated
+    connection and raised SQLAlchemy's raw PendingRollbackError; ended by another session
+    (an administrator, a failover), SQLAlchemy does not invalidate it, and the failed
+    rollback's raw OperationalError took the place of the verb's 10054."""
     handle = open_dialog(tutorial)
     watcher = broker.connect(db_url)
 
     def lose_the_connection() -> None:
         with tutorial.transaction() as tx:
             tx.send(handle, REQUEST, b"<RequestMsg>lost</RequestMsg>")
-            [row] = tx.query("SELECT pg_backend_pid() AS pid")
-            with watcher.transaction() as other:
-                other.query("SELECT pg_terminate_backend(:pid)", pid=row["pid"])
-            tx.send(handle, REQUEST, b"<RequestMsg>after</RequestMsg>")
+            lose(tx, watcher, handle)
 
     try:
         assert number_of(lose_the_connection) == 10054

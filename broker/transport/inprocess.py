@@ -12,8 +12,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from broker.conversations.arrival import arrive
 from broker.conversations.frames import Delivery, MessageFrame, Receipt
 from broker.errors import BrokerError
@@ -44,11 +42,8 @@ def apply_frames(database: ServedDatabase, broker_instance: str, frames: Sequenc
     try:
         with database.transaction() as tx:
             receipts = tx.run(lambda ctx: arrive(ctx, frames))
-    except (BrokerError, SQLAlchemyError) as error:
-        # A raw database error too (a retry racing an apply still running after its
-        # connection was cut): refused receipts, never a batch left unanswered.
-        message = error.message if isinstance(error, BrokerError) else str(error).splitlines()[0]
-        log.warning("database %s could not take %d message(s): %s", broker_instance, len(frames), message)
-        reason = f"The target database could not take the messages: {message}"
+    except BrokerError as error:
+        log.warning("database %s could not take %d message(s): %s", broker_instance, len(frames), error.message)
+        reason = f"The target database could not take the messages: {error.message}"
         return Delivery(broker_instance, tuple(Receipt(frame.message_id, False, reason) for frame in frames))
     return Delivery(broker_instance, tuple(receipts))

@@ -323,3 +323,26 @@ def test_decimals_round_half_away_from_zero_and_overflow_their_precision(session
 def test_numeric_text_in_arithmetic_keeps_its_fraction(session: Session) -> None:
     outputs = ok(session, "PRINT ABS('1.5'); PRINT '2.5' * 2; PRINT -'1.5'; PRINT '1.25' + 0.5")
     assert printed(outputs) == ["1.5", "5.0", "-1.5", "1.75"]
+
+
+def test_integer_arithmetic_overflows_int_unless_a_side_is_bigint(session: Session) -> None:
+    outputs = ok(session, "DECLARE @b BIGINT = 2147483647; PRINT @b + 1; "
+                          "PRINT CAST(2147483647 AS BIGINT) * 2; "
+                          "PRINT 2147483648 + 1; "  # a literal past INT's range is DECIMAL
+                          "PRINT -2147483647 - 1; PRINT -7 / 2; PRINT -7 % 3; PRINT 9223372036854775806 % 7")
+    assert printed(outputs) == ["2147483648", "4294967294", "2147483649", "-2147483648", "-3", "-1", "6"]
+    for script in ("SELECT 2147483647 + 1", "DECLARE @i INT = 2147483647; SELECT @i + 1",
+                   "SELECT 1000000 * 1000000", "DECLARE @i INT = -2147483648; SELECT -@i",
+                   "DECLARE @i INT = -2147483648; SELECT @i / -1",
+                   "DECLARE @b BIGINT = 9223372036854775807; SELECT @b + 1"):
+        error = failure(session, script)
+        assert error.number == 8115, script
+        assert error.message.startswith("Arithmetic overflow error converting expression to data type"), script
+
+
+def test_a_bigint_column_keeps_bigint_arithmetic(queued: broker.Broker, session: Session) -> None:
+    # The column list of a RECEIVE takes expressions, a binary minus among them (it was
+    # read as a sign: 102).
+    outputs = ok(session, "DECLARE @n BIGINT, @m BIGINT; RECEIVE TOP (1) @n = message_sequence_number + 2147483647 "
+                          "+ 1, @m = message_sequence_number - 1 FROM q; PRINT @n; PRINT @m")
+    assert printed(outputs) == ["2147483648", "-1"]

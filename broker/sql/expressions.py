@@ -120,7 +120,10 @@ class Evaluator:
 
     def _negate(self, expr: n.Negate, row: Mapping[str, Any] | None) -> Any:
         operand = self.value(expr.operand, row)
-        return None if operand is None else -_number(operand)
+        if operand is None:
+            return None
+        number = _number(operand)
+        return values.integer_result(-number, number) if isinstance(number, int) else -number
 
     def _arithmetic(self, expr: n.Arithmetic, row: Mapping[str, Any] | None) -> Any:
         return arithmetic(expr.op, self.value(expr.left, row), self.value(expr.right, row))
@@ -255,10 +258,12 @@ def _number(value: Any) -> Any:
     if isinstance(value, (int, float, Decimal)):
         return value
     if isinstance(value, str):
-        try:
-            return values.convert(value, n.TypeName("BIGINT"))
-        except SqlError:
-            return values.exact_number(value, "DECIMAL")  # every digit: no DECIMAL(18, 0) rounding
+        for integer_type in ("INT", "BIGINT"):
+            try:
+                return values.convert(value, n.TypeName(integer_type))
+            except SqlError:
+                pass
+        return values.exact_number(value, "DECIMAL")  # every digit: no DECIMAL(18, 0) rounding
     raise SqlError(8117, f"Operand data type {values.type_of(value)} is invalid for arithmetic operators.")
 
 
@@ -278,8 +283,12 @@ def arithmetic(op: str, left: Any, right: Any) -> Any:
         if math.isinf(result) or math.isnan(result):
             raise SqlError(8115, "Arithmetic overflow error converting expression to data type float.")
         return result
-    elif isinstance(a, Decimal) or isinstance(b, Decimal):
-        a, b = Decimal(a), Decimal(b)
+    if isinstance(a, Decimal) or isinstance(b, Decimal):
+        return _exact_arithmetic(op, Decimal(a), Decimal(b))
+    return values.integer_result(_integer_arithmetic(op, a, b), a, b)
+
+
+def _exact_arithmetic(op: str, a: Decimal, b: Decimal) -> Decimal:
     if op == "+":
         return a + b
     if op == "-":
@@ -288,14 +297,23 @@ def arithmetic(op: str, left: Any, right: Any) -> Any:
         return a * b
     if b == 0:
         raise SqlError(DIVIDE_BY_ZERO, "Divide by zero error encountered.")
-    if op == "/":
-        if isinstance(a, int) and isinstance(b, int):
-            quotient = abs(a) // abs(b)
-            return quotient if (a >= 0) == (b >= 0) else -quotient
-        return a / b
-    if isinstance(a, int) and isinstance(b, int):
-        return a - b * int(a / b)
-    return a % b
+    return a / b if op == "/" else a % b
+
+
+def _integer_arithmetic(op: str, a: int, b: int) -> int:
+    """T-SQL's integer operators: division truncates toward zero, and the remainder
+    takes the dividend's sign."""
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op == "*":
+        return a * b
+    if b == 0:
+        raise SqlError(DIVIDE_BY_ZERO, "Divide by zero error encountered.")
+    quotient = abs(a) // abs(b)
+    quotient = quotient if (a >= 0) == (b >= 0) else -quotient
+    return quotient if op == "/" else a - b * quotient
 
 
 def _float_arithmetic(op: str, a: float, b: float) -> float:

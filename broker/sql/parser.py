@@ -18,7 +18,7 @@ from lark import Lark, Token, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from broker.sql import nodes as n
-from broker.sql import options
+from broker.sql import options, values
 from broker.sql.batches import spans
 from broker.sql.ddl_syntax import DdlBuild
 from broker.sql.errors import SqlError
@@ -160,7 +160,9 @@ class _Build(DdlBuild):
             return n.Literal(float(text))
         if "." in text:
             return n.Literal(Decimal(text))
-        return n.Literal(int(text))
+        number = int(text)
+        # SQL Server types a whole literal past INT's range as DECIMAL (not BIGINT).
+        return n.Literal(number if number <= values.INT_HIGH else Decimal(number))
 
     def binary(self, children: list[Token]) -> n.Literal:
         digits = str(children[0])[2:]
@@ -235,14 +237,16 @@ class _Build(DdlBuild):
         values = present(children)
         return n.Cast(values[1], values[0], lenient=True, style=values[2] if len(values) > 2 else None)
 
-    def negate(self, children: list[Any]) -> n.Expr:
-        operand = children[0]
+    def signed(self, children: list[Any]) -> n.Expr:
+        # The sign is ADD_OP's token, not a literal "-" or "+" of its own: LALR merges a
+        # state where a sign may follow a name with one where an operator may, and the
+        # lexer then read "a - 1" in a RECEIVE's column list as a sign (102).
+        sign, operand = children
+        if str(sign) == "+":
+            return operand  # type: ignore[no-any-return]
         if isinstance(operand, n.Literal) and isinstance(operand.value, (int, float, Decimal)):
             return n.Literal(-operand.value)
         return n.Negate(operand)
-
-    def unary(self, children: list[Any]) -> Any:  # unary plus
-        return children[0]
 
     def arithmetic(self, children: list[Any]) -> n.Arithmetic:
         left, op, right = children

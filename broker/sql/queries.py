@@ -43,6 +43,12 @@ RECEIVE_ASSIGN_INTO = 8450
 
 QUEUE_COLUMNS = tuple(field.name for field in dataclasses.fields(Message))
 _COLUMN_TYPES = {**VIEW_COLUMN_TYPES, "message_enqueue_time": UTCDateTime()}
+# The columns SQL Server types BIGINT: integer arithmetic on them is BIGINT's, not INT's.
+_BIGINT_COLUMNS = frozenset({
+    "queuing_order", "message_sequence_number", "message_id", "send_sequence", "receive_sequence",
+    "end_dialog_sequence", "system_sequence", "first_out_of_order_sequence", "last_out_of_order_sequence",
+    "total_bytes_sent", "total_bytes_received", "total_fragments_sent", "total_fragments_received",
+    "total_sends", "total_receives"})
 _PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # (columns, rows, assignments); an assigning SELECT's rows are evaluated as they are read.
@@ -114,7 +120,12 @@ def project_messages(items: list[n.SelectItem], messages: list[Message], evaluat
 
 
 def _message_row(message: Message) -> Row:
-    return {name: getattr(message, name) for name in QUEUE_COLUMNS}
+    return {name: _typed(name, getattr(message, name)) for name in QUEUE_COLUMNS}
+
+
+def _typed(column: str, value: Any) -> Any:
+    """A column's value as T-SQL sees it (a BIGINT column's integers are ``BigInt``)."""
+    return values.BigInt(value) if column in _BIGINT_COLUMNS and isinstance(value, int) else value
 
 
 # -- SELECT -------------------------------------------------------------------------------
@@ -259,7 +270,8 @@ def _read_all(ctx: TxContext, sql_name: str) -> tuple[list[str], list[Row]]:
     query = text(f"SELECT * FROM {sql_name}").columns(**_COLUMN_TYPES)
     result = ctx.conn.execute(query)
     columns = list(result.keys())
-    return columns, [dict(zip(columns, row, strict=True)) for row in result]
+    return columns, [{column: _typed(column, value) for column, value in zip(columns, row, strict=True)}
+                     for row in result]
 
 
 def _keyed(row: Mapping[str, Any], alias: str | None) -> Row:

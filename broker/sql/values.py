@@ -1,7 +1,8 @@
 """T-SQL values in Python: the data types a script declares, CAST/CONVERT between them,
 comparison under the default case-insensitive collation, and the XML type's methods.
 
-A value is ``None`` (NULL), ``int`` (the integer types and BIT), ``Decimal``, ``float``,
+A value is ``None`` (NULL), ``int`` (INT, SMALLINT, TINYINT and BIT), :class:`BigInt`
+(BIGINT), ``Decimal``, ``float``,
 ``str`` (the character types), ``bytes`` (BINARY/VARBINARY), ``uuid.UUID``
 (UNIQUEIDENTIFIER), ``datetime`` or :class:`Xml`. Strings become bytes as UTF-8, the
 encoding the Python API sends ``str`` bodies in (SQL Server 2019's UTF-8 collations do
@@ -33,6 +34,7 @@ TOP_NOT_INTEGER = 1060
 INTEGER_RANGES = {"BIT": (0, 1), "TINYINT": (0, 255), "SMALLINT": (-32_768, 32_767),
                   "INT": (-2_147_483_648, 2_147_483_647),
                   "BIGINT": (-9_223_372_036_854_775_808, 9_223_372_036_854_775_807)}
+INT_LOW, INT_HIGH = INTEGER_RANGES["INT"]
 CHARACTER = {"NVARCHAR", "VARCHAR", "NCHAR", "CHAR", "SYSNAME", "NTEXT", "TEXT"}
 BINARY = {"VARBINARY", "BINARY", "IMAGE"}
 DATETIME = {"DATETIME", "DATETIME2", "SMALLDATETIME", "DATETIMEOFFSET", "DATE"}
@@ -48,6 +50,13 @@ KNOWN = (set(INTEGER_RANGES) | CHARACTER | BINARY | DATETIME | EXACT | APPROXIMA
 # CONVERT without one give 30.
 DECLARED_DEFAULT_LENGTH = 1
 CAST_DEFAULT_LENGTH = 30
+
+
+class BigInt(int):
+    """A BIGINT value. Integer arithmetic gives BIGINT when either side is one, else INT,
+    and overflows its type's range (8115) as SQL Server's does."""
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True)
@@ -73,6 +82,8 @@ def type_of(value: object) -> str:
     """The SQL Server type name of a value, as error messages show it."""
     if value is None:
         return "NULL"
+    if isinstance(value, BigInt):
+        return "bigint"
     if isinstance(value, bool) or isinstance(value, int):
         return "int"
     if isinstance(value, Decimal):
@@ -163,7 +174,14 @@ def _integer(value: Any, name: str) -> int:
     if not low <= number <= high:
         raise SqlError(ARITHMETIC_OVERFLOW, f"Arithmetic overflow error converting expression to data type "
                                             f"{name.lower()}.")
-    return number
+    return BigInt(number) if name == "BIGINT" else number
+
+
+def integer_result(number: int, *operands: int) -> int:
+    """The result of integer arithmetic on ``operands``: BIGINT when one of them is (or
+    holds a value only BIGINT can), else INT; 8115 past the type's range."""
+    wide = any(isinstance(x, BigInt) or not INT_LOW <= x <= INT_HIGH for x in operands)
+    return _integer(number, "BIGINT" if wide else "INT")
 
 
 def exact_number(value: Any, type_name: str) -> Decimal:

@@ -346,3 +346,10 @@ def test_a_bigint_column_keeps_bigint_arithmetic(queued: broker.Broker, session:
     outputs = ok(session, "DECLARE @n BIGINT, @m BIGINT; RECEIVE TOP (1) @n = message_sequence_number + 2147483647 "
                           "+ 1, @m = message_sequence_number - 1 FROM q; PRINT @n; PRINT @m")
     assert printed(outputs) == ["2147483648", "-1"]
+
+
+def test_regular_identifiers_are_unicode(db: broker.Broker, session: Session) -> None:
+    outputs = ok(session, "CREATE QUEUE Очередь; DECLARE @größe INT = 2, @1 INT = 3; "
+                          "SELECT name FROM sys.service_queues WHERE name = N'Очередь'; PRINT @größe + @1")
+    assert printed(outputs) == ["5"]
+    assert [row["name"] for row in db.catalog("sys.service_queues")] == ["Очередь"]

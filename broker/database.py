@@ -435,14 +435,16 @@ class Broker(Inspection):
             raise InvalidArgumentError(MISSING_OPTION, statement="BACKUP CERTIFICATE ... WITH PRIVATE KEY",
                                        names="FILE and ENCRYPTION BY PASSWORD")
         found = self._look(lambda ctx: certificate_store.stored(ctx, name))
-        if private_key_file is not None and found.private_key is None:
-            raise BrokerError(certificates.INVALID_KEY_DATA, f"The certificate '{name}' has no private key to "
-                                                             "back up.")
-        certificates.write_new_file(file, certificates.der_of(found.certificate))
-        if private_key_file is not None and found.private_key is not None and encryption_password is not None:
+        key: tuple[str | os.PathLike[str], bytes] | None = None
+        if private_key_file is not None and encryption_password is not None:
+            if found.private_key is None:
+                raise BrokerError(certificates.INVALID_KEY_DATA, f"The certificate '{name}' has no private key to "
+                                                                 "back up.")
             password = arguments.text(encryption_password, "ENCRYPTION BY PASSWORD", empty=False)
-            certificates.write_new_file(private_key_file, certificates.encrypted_key_pem(found.private_key, password),
-                                        private=True)
+            key = private_key_file, certificates.encrypted_key_pem(found.private_key, password)
+        # Both files or neither: a retry after a bad key path must not find the .cer written.
+        certificates.write_backup(file, certificates.der_of(found.certificate), key)
+        if key is not None:
             self._ddl(lambda ctx: certificate_store.backed_up(ctx, name))
 
     def certificate(self, name: str) -> StoredCertificate:

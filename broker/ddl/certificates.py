@@ -20,8 +20,10 @@ import hashlib
 import os
 import secrets
 import ssl
+import stat
 import tempfile
 from collections.abc import Iterable
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -37,6 +39,7 @@ from broker.errors import MISSING_OPTION, OUT_OF_RANGE, BrokerError, InvalidArgu
 
 # What a PEM is given as: its content (bytes, or a str holding "-----BEGIN") or a file path.
 PemSource = str | bytes | os.PathLike[str]
+FilePath = str | os.PathLike[str]
 
 INVALID_FILE = 15208
 INVALID_KEY_DATA = 15297
@@ -44,6 +47,10 @@ _INVALID_FILE_TEXT = ("The certificate, asymmetric key, or private key file is n
                       "or you do not have permissions for it.")
 _INVALID_DATA_TEXT = "The certificate, asymmetric key, or private key data is invalid."
 LONGEST_VALIDITY_DAYS = 36_525  # a hundred years
+# The most read from a certificate or key file. One certificate or key is a few KB, and a
+# PEM bundle of trusted peers some tens of KB; the cap keeps a wrong path (a device, a
+# huge file) from exhausting memory, with room to spare for any real file.
+LARGEST_FILE = 1 << 20  # 1 MiB
 # A new certificate is valid from a few minutes back, so that a peer whose clock runs a
 # little behind accepts it at once.
 _CLOCK_SKEW = timedelta(minutes=5)
@@ -122,24 +129,76 @@ def certificate_and_key(*, subject: str | None, certificate: PemSource | None, p
     return pem, key
 
 
-def write_new_file(path: str | os.PathLike[str], data: bytes, *, private: bool = False) -> None:
+def write_new_file(path: FilePath, data: bytes, *, private: bool = False) -> None:
     """BACKUP CERTIFICATE's files: a new file (never one that exists: 15240), mode 0600
-    for a private key."""
+    for a private key. A file that cannot be written whole is removed (it is this call's)."""
     try:
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if private else 0o644)
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the name
+        raise _cannot_write(path, getattr(exc, "strerror", None) or str(exc)) from None
+    try:
         with os.fdopen(descriptor, "wb") as out:
             out.write(data)
-    except (OSError, ValueError) as exc:
-        raise BrokerError(15240, f"Cannot write into file '{os.fspath(path)}'. Verify that you have write "
-                                 "permissions, that the file path is valid, and that the file does not already "
-                                 f"exist. ({getattr(exc, 'strerror', None) or exc})") from None
+    except OSError as exc:
+        _remove_quietly(path)  # O_EXCL made it ours: a partial file is no backup
+        raise _cannot_write(path, exc.strerror or str(exc)) from None
+
+
+def write_backup(certificate_file: FilePath, certificate_der: bytes,
+                 private_key: tuple[FilePath, bytes] | None = None) -> None:
+    """BACKUP CERTIFICATE, all or nothing: the certificate's file and, WITH PRIVATE KEY,
+    the key's (its file and its encrypted PEM, mode 0600), both new.
+
+    Both destinations are checked before either is written (15240 for one that exists,
+    whose folder does not, or that names the other). Should the key's file still fail,
+    the certificate's file, made by this call, is removed: a retry then finds no file in
+    its way. A file that existed before is never written or removed.
+    """
+    destinations = [certificate_file] if private_key is None else [certificate_file, private_key[0]]
+    for path in destinations:
+        _refuse_destination(path)
+    if len(destinations) == 2 and os.path.abspath(destinations[0]) == os.path.abspath(destinations[1]):
+        raise _cannot_write(destinations[1], "the certificate and its private key cannot share a file")
+    write_new_file(certificate_file, certificate_der)
+    if private_key is None:
+        return
+    try:
+        write_new_file(*private_key, private=True)
+    except BaseException:
+        _remove_quietly(certificate_file)
+        raise
+
+
+def _refuse_destination(path: FilePath) -> None:
+    """15240 for a BACKUP destination that is taken (a file, a folder, even a dangling
+    link) or whose folder does not exist: found before anything is written."""
+    name = os.fspath(path)
+    if "\0" in name:
+        raise _cannot_write(path, "the file name holds a NUL character")
+    if os.path.lexists(name):
+        raise _cannot_write(path, "the file exists")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(name))):
+        raise _cannot_write(path, "its folder does not exist")
+
+
+def _cannot_write(path: FilePath, reason: str) -> BrokerError:
+    return BrokerError(15240, f"Cannot write into file '{os.fspath(path)}'. Verify that you have write "
+                              "permissions, that the file path is valid, and that the file does not already "
+                              f"exist. ({reason})")
+
+
+def _remove_quietly(path: FilePath) -> None:
+    """Remove a file this module created; failing to is not the error to report."""
+    with suppress(OSError):
+        os.unlink(path)
 
 
 def read_pem(value: PemSource, what: str = "certificate") -> bytes:
     """PEM content from ``value``: ``bytes`` are the content, a ``str`` holding
     ``-----BEGIN`` is the content, any other ``str`` or a path-like names a file.
 
-    A file that is missing or cannot be read is 15208. Nothing is parsed here.
+    A file that is missing or cannot be read, is not a regular file, or is larger than
+    :data:`LARGEST_FILE` is 15208. Nothing is parsed here.
     """
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
@@ -152,9 +211,26 @@ def read_pem(value: PemSource, what: str = "certificate") -> bytes:
     else:
         raise arguments.wrong_type(what, value, "PEM content (bytes or str) or a file path")
     try:
-        return Path(path).read_bytes()
+        return _read_regular_file(path, what)
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the name
         raise _invalid_file(f"{what} file {os.fspath(path)!r}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def _read_regular_file(path: FilePath, what: str) -> bytes:
+    """The content of the regular file ``path``, at most :data:`LARGEST_FILE` bytes
+    (15208 for anything else). Never blocks: a FIFO, a device or a folder is refused
+    before it is opened."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise _invalid_file(f"{what} file {os.fspath(path)!r}: not a regular file")
+    # O_NONBLOCK and the fstat guard against the path turning into a FIFO after the stat.
+    with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY), "rb") as file:
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            raise _invalid_file(f"{what} file {os.fspath(path)!r}: not a regular file")
+        data = file.read(LARGEST_FILE + 1)  # one byte more tells a file over the cap
+    if len(data) > LARGEST_FILE:
+        raise _invalid_file(f"{what} file {os.fspath(path)!r}: larger than {LARGEST_FILE:,} bytes, "
+                            "more than any certificate or key")
+    return data
 
 
 def load_certificate(pem: bytes, what: str = "certificate") -> x509.Certificate:

@@ -353,3 +353,79 @@ def test_regular_identifiers_are_unicode(db: broker.Broker, session: Session) ->
                           "SELECT name FROM sys.service_queues WHERE name = N'Очередь'; PRINT @größe + @1")
     assert printed(outputs) == ["5"]
     assert [row["name"] for row in db.catalog("sys.service_queues")] == ["Очередь"]
+
+
+# -- values as SQL Server converts, compares and prints them ---------------------------------------
+
+
+@pytest.mark.parametrize(("expression", "expected"), [
+    ("CASE WHEN 'b' LIKE '[a-c]' THEN 1 ELSE 0 END", "1"),  # a range, not the characters a, - and c
+    ("CASE WHEN 'abc' LIKE '[]' THEN 1 ELSE 0 END", "0"),  # an empty set: Python's re refused it
+    ("CASE WHEN 'x' LIKE '[^]' THEN 1 ELSE 0 END", "1"),
+    ("CASE WHEN 'abc  ' LIKE 'a_C' THEN 1 ELSE 0 END", "1"),  # the value's trailing blanks do not count
+    ("CASE WHEN 'abc' LIKE 'abc ' THEN 1 ELSE 0 END", "0"),  # the pattern's do
+    ("CASE WHEN REPLICATE('a', 3000) LIKE '%a%a%a%a%a%b' THEN 1 ELSE 0 END", "0"),  # no backtracking
+    ("CASE WHEN 'a' + CHAR(10) = 'a' THEN 1 ELSE 0 END", "0"),  # a line break is no trailing blank
+    ("LEN('a' + CHAR(9))", "2"),
+    ("1234567890123456789012345678901 + 1", "1234567890123456789012345678902"),  # 31 digits, none rounded
+    ("CAST(0.1 AS DECIMAL(38,37))", "0.1000000000000000000000000000000000000"),
+    ("1.0 / 3", "0.333333"),
+    ("CAST(0.0000001 AS VARCHAR(30))", "0.0000001"),
+    ("CAST(123456789.0E0 AS VARCHAR(30))", "1.23457e+008"),
+    ("CAST(1.0E0 AS VARCHAR(30))", "1"),
+    ("CAST('' AS INT)", "0"),
+    ("CAST('true' AS BIT)", "1"),
+    ("CAST('ab' AS CHAR(4)) + '|'", "ab  |"),
+    ("CONVERT(VARCHAR(30), 1 + CAST('2020-01-02' AS DATETIME), 121)", "2020-01-03 00:00:00.000"),
+    ("CONVERT(VARCHAR(30), CAST('2020-01-02 10:00' AS DATE), 121)", "2020-01-02 00:00:00.000"),
+    ("DATALENGTH(CAST(1 AS BIGINT))", "8"),
+    ("DATALENGTH(GETDATE())", "8"),
+    ("REPLACE('ABC', 'b', 'x')", "AxC"),
+    ("REPLACE('abc', '', 'x')", "abc"),
+    ("CHARINDEX('', 'abc')", "0"),
+    ("CHARINDEX('x', N'ßx')", "2"),
+    ("UPPER(N'ßa')", "ßA"),
+    ("ISNULL(REPLICATE('a', -1), 'NULL')", "NULL"),
+    ("CAST('<a><b/><b/></a>' AS XML).value('count(/a/b)', 'int')", "2"),
+    ("CAST('<Error xmlns=\"http://schemas.microsoft.com/SQL/ServiceBroker/Error\"><Code>-8489</Code></Error>' AS XML)"
+     ".value('declare namespace b=\"http://schemas.microsoft.com/SQL/ServiceBroker/Error\"; (/b:Error/b:Code)[1]',"
+     " 'int')", "-8489"),
+    ("CAST('<Error xmlns=\"urn:x\"><Code>5</Code></Error>' AS XML).value('(/*:Error/*:Code)[1]', 'int')", "5"),
+    ("CAST(N'<?xml version=\"1.0\" encoding=\"utf-16\"?><a>1</a>' AS XML).value('(/a)[1]', 'int')", "1"),
+])
+def test_values_follow_sql_server(session: Session, expression: str, expected: str) -> None:
+    assert printed(ok(session, f"PRINT {expression}")) == [expected]
+
+
+@pytest.mark.parametrize(("script", "number"), [
+    ("SELECT 99999999999999999999999999999999999999 + 1", 8115),  # past DECIMAL(38)
+    ("SELECT 1" + "1" * 4400, 1007),  # Python's int() refused it with a raw error
+    ("SELECT 1e400", 1007),
+    ("SELECT CAST(1 AS XYZ)", 243),
+    ("SELECT TRY_CAST(1 AS XYZ)", 243),
+    ("SELECT CAST('inf' AS FLOAT)", 245),
+    ("SELECT CAST('1_000' AS INT)", 245),
+    ("SELECT CAST(1 AS DECIMAL(39, 0))", 2750),
+    ("DECLARE @v VARCHAR(0)", 1001),
+    ("SELECT CAST('x' AS NVARCHAR(5000))", 2717),
+    ("SELECT LEFT('abc', -1)", 536),
+    ("SELECT SUBSTRING('abc', 1, -1)", 537),
+    ("SELECT (SELECT name, service_id FROM sys.services)", 116),
+    ("SELECT 'abc' LIKE", 102),
+])
+def test_values_sql_server_refuses_are_numbered(session: Session, script: str, number: int) -> None:
+    assert failure(session, script).number == number
+
+
+def test_a_string_cannot_grow_past_a_max_type(session: Session) -> None:
+    # Refused before it is made: 64 MB times 8,000 would exhaust the process's memory.
+    error = failure(session, "DECLARE @s NVARCHAR(MAX) = REPLACE(REPLICATE('a', 8000), 'a', REPLICATE('b', 8000)); "
+                             "SELECT REPLACE(@s, 'b', REPLICATE('c', 8000))")
+    assert error.number == 7119
+
+
+def test_times_read_from_the_catalog_compare_with_getdate(queued: broker.Broker, session: Session) -> None:
+    outputs = ok(session, "SELECT COUNT(*) FROM q WHERE message_enqueue_time <= GETUTCDATE(); "
+                          "DECLARE @t DATETIME; SELECT TOP (1) @t = message_enqueue_time FROM q; "
+                          "IF @t > '2020-01-01' PRINT 'after'")
+    assert printed(outputs) == ["after"]

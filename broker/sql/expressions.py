@@ -9,6 +9,7 @@ that has them runs as SQL (``broker.sql.queries``).
 from __future__ import annotations
 
 import math
+import re
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -29,6 +30,13 @@ UNKNOWN_FUNCTION = 195
 DIVIDE_BY_ZERO = 8134
 ARGUMENT_COUNT = 174
 SUBQUERY_ROWS = 512
+SUBQUERY_COLUMNS = 116
+BAD_LENGTH_LEFT_RIGHT = 536
+BAD_LENGTH_SUBSTRING = 537
+LOB_TOO_LARGE = 7119
+# The largest value of a MAX type: 2 GB, of bytes (VARBINARY(MAX)) or UTF-16 code units
+# (NVARCHAR(MAX)); characters here, each at least one of those.
+LOB_LIMIT = 2_147_483_647
 REPLICATE_LIMIT = 8000
 
 
@@ -113,6 +121,8 @@ class Evaluator:
     def _column(self, expr: n.Column, row: Mapping[str, Any] | None) -> Any:
         found, value = column_value(row, expr.parts)
         if not found:
+            if expr.parts[-1].upper() == "CURRENT_TIMESTAMP" and len(expr.parts) == 1:
+                return values.now()  # ANSI's spelling of GETDATE(), written without parentheses
             raise SqlError(INVALID_COLUMN, f"Invalid column name '{expr.parts[-1]}'.")
         return value
 
@@ -176,6 +186,9 @@ class Evaluator:
 
     def _subquery(self, expr: n.Subquery, _row: Mapping[str, Any] | None) -> Any:
         rows = self.session.query_rows(expr.select, self.scope)
+        if len(expr.select.items) > 1 or rows and len(rows[0]) > 1:
+            raise SqlError(SUBQUERY_COLUMNS, "Only one expression can be specified in the select list when the "
+                                             "subquery is not introduced with EXISTS.")
         if len(rows) > 1:
             raise SqlError(SUBQUERY_ROWS, "Subquery returned more than 1 value. This is not permitted when the "
                                           "subquery follows =, !=, <, <= , >, >= or when the subquery is used "
@@ -195,6 +208,7 @@ class Evaluator:
         return self.value(expr.then if self.condition(expr.condition, row) else expr.otherwise, row)
 
     def _cast(self, expr: n.Cast, row: Mapping[str, Any] | None) -> Any:
+        values.check_cast_type(expr.type)  # TRY_CAST too: a type that does not exist is no failed conversion
         operand = self.value(expr.operand, row)
         if expr.lenient:
             try:
@@ -272,11 +286,11 @@ def arithmetic(op: str, left: Any, right: Any) -> Any:
         return None
     if op == "+":
         if isinstance(left, (str, values.Xml)) and isinstance(right, (str, values.Xml)):
-            return str(left) + str(right)
+            return _within_lob_limit(str(left), str(right))
         if isinstance(left, bytes) and isinstance(right, bytes):
-            return left + right
-        if isinstance(left, datetime) and isinstance(right, (int, float, Decimal)):
-            return left + timedelta(days=float(right))
+            return _within_lob_limit(left, right)
+    if isinstance(left, datetime) or isinstance(right, datetime):
+        return _datetime_arithmetic(op, left, right)
     a, b = _number(left), _number(right)
     if isinstance(a, float) or isinstance(b, float):
         result = _float_arithmetic(op, float(a), float(b))
@@ -288,16 +302,48 @@ def arithmetic(op: str, left: Any, right: Any) -> Any:
     return values.integer_result(_integer_arithmetic(op, a, b), a, b)
 
 
+def _within_lob_limit(left: str | bytes, right: str | bytes) -> Any:
+    """A concatenation, refused past the 2 GB a MAX type holds."""
+    _check_lob_size(len(left) + len(right))
+    return left + right  # type: ignore[operator]
+
+
+def _check_lob_size(size: int) -> None:
+    """7119 for a value past the 2 GB a MAX type holds, before it is made: it would
+    otherwise grow until the process runs out of memory."""
+    if size > LOB_LIMIT:
+        raise SqlError(LOB_TOO_LARGE, f"Attempting to grow LOB beyond maximum allowed size of {LOB_LIMIT:,} bytes.")
+
+
+def _datetime_arithmetic(op: str, left: Any, right: Any) -> datetime:
+    """datetime + or - a number of days (either side for +), and datetime - datetime: the
+    difference as a moment after 1900-01-01, as SQL Server's DATETIME does."""
+    if isinstance(left, datetime) and isinstance(right, datetime) and op == "-":
+        return datetime(1900, 1, 1) + (values.naive(left) - values.naive(right))
+    moment, days = (left, right) if isinstance(left, datetime) else (right, left)
+    if op not in "+-" or isinstance(days, datetime) or (op == "-" and moment is right):
+        raise SqlError(8117, f"Operand data type datetime is invalid for {_OPERATOR_NAMES[op]} operator.")
+    try:
+        offset = timedelta(days=float(_number(days)))
+        return values.naive(moment) + (offset if op == "+" else -offset)
+    except OverflowError:
+        raise SqlError(values.ARITHMETIC_OVERFLOW, "Arithmetic overflow error converting expression to data "
+                                                   "type datetime.") from None
+
+
+_OPERATOR_NAMES = {"+": "add", "-": "subtract", "*": "multiply", "/": "divide", "%": "modulo"}
+
+
 def _exact_arithmetic(op: str, a: Decimal, b: Decimal) -> Decimal:
-    if op == "+":
-        return a + b
-    if op == "-":
-        return a - b
-    if op == "*":
-        return a * b
-    if b == 0:
+    """DECIMAL arithmetic with every digit up to 38 (8115 past them)."""
+    if op in "/%" and b == 0:
         raise SqlError(DIVIDE_BY_ZERO, "Divide by zero error encountered.")
-    return a / b if op == "/" else a % b
+    if op == "/":
+        return values.exact_quotient(a, b)
+    context = values.EXACT_CONTEXT
+    result = (context.add(a, b) if op == "+" else context.subtract(a, b) if op == "-"
+              else context.multiply(a, b) if op == "*" else context.remainder(a, b))
+    return values.exact_result(result)
 
 
 def _integer_arithmetic(op: str, a: int, b: int) -> int:
@@ -328,11 +374,13 @@ def _float_arithmetic(op: str, a: float, b: float) -> float:
     return a / b if op == "/" else math.fmod(a, b)
 
 
-def _replicate(value: Any, count: Any) -> str:
+def _replicate(value: Any, count: Any) -> str | None:
     """REPLICATE: a string that is not of a MAX type stops at 8,000 bytes in SQL Server; here
     at 8,000 characters, which also keeps a hostile count from exhausting memory."""
     text = _s(value)
-    times = max(int(count), 0)
+    times = int(count)
+    if times < 0:
+        return None  # SQL Server's REPLICATE gives NULL for a negative count
     if text and times > REPLICATE_LIMIT // len(text) + 1:
         times = REPLICATE_LIMIT // len(text) + 1
     return (text * times)[:REPLICATE_LIMIT]
@@ -385,13 +433,69 @@ def _s(value: Any) -> str:
 
 
 def _substring(text: Any, start: Any, length: Any) -> str:
+    if int(length) < 0:
+        raise SqlError(BAD_LENGTH_SUBSTRING, "Invalid length parameter passed to the LEFT or SUBSTRING function.")
     begin = int(start) - 1
     end = begin + int(length)
     return _s(text)[max(begin, 0):max(end, 0)]
 
 
+def _left_or_right(name: str) -> Callable[[Any, Any], str]:
+    def cut(text: Any, length: Any) -> str:
+        count = int(length)
+        if count < 0:
+            raise SqlError(BAD_LENGTH_LEFT_RIGHT, f"Invalid length parameter passed to the {name} function.")
+        value = _s(text)
+        return value[:count] if name == "left" else value[len(value) - min(count, len(value)):]
+    return cut
+
+
 def _charindex(needle: Any, haystack: Any, start: Any = 1) -> int:
-    return _s(haystack).casefold().find(_s(needle).casefold(), max(int(start) - 1, 0)) + 1
+    """The 1-based position of ``needle`` in ``haystack`` under the case-insensitive
+    collation, from ``start``; 0 when absent or empty. Compared a character at a time:
+    casefolding a whole string can change its length (ß is ss), and so the position."""
+    wanted, text = _s(needle), _s(haystack)
+    if not wanted:
+        return 0
+    found = re.compile(re.escape(wanted), re.IGNORECASE).search(text, max(int(start) - 1, 0))
+    return 0 if found is None else found.start() + 1
+
+
+def _replace(text: Any, pattern: Any, replacement: Any) -> str:
+    """REPLACE under the case-insensitive collation; an empty pattern changes nothing."""
+    wanted, value, instead = _s(pattern), _s(text), _s(replacement)
+    if not wanted:
+        return value
+    finder = re.compile(re.escape(wanted), re.IGNORECASE)
+    if len(instead) > len(wanted):  # the result's size, checked before it is made
+        _check_lob_size(len(value) + sum(1 for _ in finder.finditer(value)) * (len(instead) - len(wanted)))
+    return finder.sub(lambda _match: instead, value)
+
+
+def _upper(text: Any) -> str:
+    """UPPER: a character whose capital is two (ß) stays as it is, as in SQL Server."""
+    return "".join(upper if len(upper := char.upper()) == 1 else char for char in _s(text))
+
+
+def _character(code: Any, highest: int) -> str | None:
+    """CHAR(n) / NCHAR(n): the character of that code, NULL outside the type's codes."""
+    number = values.convert(code, n.TypeName("INT"))
+    return chr(number) if 0 <= number <= highest else None
+
+
+def _datalength(value: Any) -> int:
+    """The bytes a value takes: its text as UTF-8 (the bytes SEND would carry), and the
+    storage size of the other types."""
+    if isinstance(value, (str, bytes, values.Xml)):
+        return len(values.convert(value, n.TypeName("VARBINARY", -1)))
+    if isinstance(value, values.BigInt) or isinstance(value, (float, datetime)):
+        return 8
+    if isinstance(value, int):
+        return 4
+    if isinstance(value, uuid.UUID):
+        return 16
+    digits = len(value.as_tuple().digits)  # DECIMAL: by its precision, as SQL Server stores it
+    return 5 if digits <= 9 else 9 if digits <= 19 else 13 if digits <= 28 else 17
 
 
 def _session_value(read: Callable[[Session], Any]) -> Callable[[Session, list[Any]], Any]:
@@ -416,17 +520,21 @@ _FUNCTIONS: dict[str, tuple[range | None, Callable[[Session, list[Any]], Any]]] 
     "CURRENT_TIMESTAMP": (_NONE, lambda _s_, _a: values.now()),
     "GETUTCDATE": (_NONE, lambda _s_, _a: values.utc_now()),
     "SYSUTCDATETIME": (_NONE, lambda _s_, _a: values.utc_now()),
-    "LEN": (_ONE, _text_or_none(lambda v: len(_s(v).rstrip()))),
-    "DATALENGTH": (_ONE, _text_or_none(lambda v: len(values.convert(v, n.TypeName("VARBINARY", -1))))),
-    "UPPER": (_ONE, _text_or_none(lambda v: _s(v).upper())),
+    "CHAR": (_ONE, _text_or_none(lambda v: _character(v, 255))),
+    "NCHAR": (_ONE, _text_or_none(lambda v: _character(v, 0x10FFFF))),
+    "ASCII": (_ONE, _text_or_none(lambda v: ord(_s(v)[0]) if _s(v) else None)),
+    "UNICODE": (_ONE, _text_or_none(lambda v: ord(_s(v)[0]) if _s(v) else None)),
+    "LEN": (_ONE, _text_or_none(lambda v: len(_s(v).rstrip(" ")))),
+    "DATALENGTH": (_ONE, _text_or_none(_datalength)),
+    "UPPER": (_ONE, _text_or_none(_upper)),
     "LOWER": (_ONE, _text_or_none(lambda v: _s(v).lower())),
     "LTRIM": (_ONE, _text_or_none(lambda v: _s(v).lstrip(" "))),
     "RTRIM": (_ONE, _text_or_none(lambda v: _s(v).rstrip(" "))),
     "TRIM": (_ONE, _text_or_none(lambda v: _s(v).strip(" "))),
-    "LEFT": (_TWO, _text_or_none(lambda v, k: _s(v)[:max(int(k), 0)])),
-    "RIGHT": (_TWO, _text_or_none(lambda v, k: _s(v)[-int(k):] if int(k) > 0 else "")),
+    "LEFT": (_TWO, _text_or_none(_left_or_right("left"))),
+    "RIGHT": (_TWO, _text_or_none(_left_or_right("right"))),
     "SUBSTRING": (range(3, 4), _text_or_none(_substring)),
-    "REPLACE": (range(3, 4), _text_or_none(lambda v, a, b: _s(v).replace(_s(a), _s(b)))),
+    "REPLACE": (range(3, 4), _text_or_none(_replace)),
     "CHARINDEX": (range(2, 4), _text_or_none(_charindex)),
     "REPLICATE": (_TWO, _text_or_none(_replicate)),
     "CONCAT": (range(2, 255), lambda _s_, args: "".join(_s(arg) for arg in args if arg is not None)),

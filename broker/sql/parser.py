@@ -9,6 +9,7 @@ batch is compiled whole before it runs.
 from __future__ import annotations
 
 import functools
+import math
 import re
 from decimal import Decimal
 from importlib import resources
@@ -37,6 +38,7 @@ from broker.sql.syntax import (
 )
 
 INCORRECT_SYNTAX = 102
+NUMBER_OUT_OF_RANGE = 1007
 UNEXPECTED_END = 102
 UNCLOSED_QUOTATION = 105
 MISSING_END_COMMENT = 113
@@ -155,9 +157,12 @@ class _Build(DdlBuild):
         return n.Literal(string_text(str(children[0])), unicode=True)
 
     def number(self, children: list[Token]) -> n.Literal:
-        text = str(children[0])
+        text = self._in_range(children[0])
         if "e" in text.lower():
-            return n.Literal(float(text))
+            value = float(text)
+            if not math.isfinite(value):
+                raise self._out_of_range(children[0])
+            return n.Literal(value)
         if "." in text:
             return n.Literal(Decimal(text))
         number = int(text)
@@ -183,7 +188,20 @@ class _Build(DdlBuild):
         """A type's length, precision or scale: digits only (``NVARCHAR(1.5)`` is 102, as in SQL Server)."""
         if not str(token).isdigit():
             raise SqlError(INCORRECT_SYNTAX, f"Incorrect syntax near '{token}'.", line=(token.line or 1) + self.offset)
-        return int(str(token))
+        return int(self._in_range(token))
+
+    def _in_range(self, token: Token) -> str:
+        """A number's text, at most 38 significant digits (1007), as SQL Server reads one."""
+        mantissa = str(token).lower().partition("e")[0]
+        if len(mantissa.replace(".", "").lstrip("0")) > values.MAX_PRECISION:
+            raise self._out_of_range(token)
+        return str(token)
+
+    def _out_of_range(self, token: Token) -> SqlError:
+        shown = str(token) if len(str(token)) <= 64 else str(token)[:61] + "..."
+        return SqlError(NUMBER_OUT_OF_RANGE, f"The number '{shown}' is out of the range for numeric "
+                                             f"representation (maximum precision {values.MAX_PRECISION}).",
+                        line=(token.line or 1) + self.offset)
 
     def on_off(self, children: list[Token]) -> bool:
         return str(children[0]).upper() == "ON"

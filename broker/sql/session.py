@@ -50,6 +50,7 @@ TOO_MANY_ARGUMENTS = 8144
 MISSING_PARAMETER = 201
 USER_ERROR = 50000
 NESTED_TOO_DEEPLY = 191
+OUT_OF_MEMORY = 701
 ARITHMETIC_OVERFLOW = 8115
 CONVERSION_FAILED = 245
 SUBSTITUTION_TYPE = 2786
@@ -226,6 +227,9 @@ class Session(BrokerStatements):
             raise SqlError(NESTED_TOO_DEEPLY, "Some part of your SQL statement is nested too deeply. Rewrite the "
                                               "query or break it up into smaller queries.",
                            line=statement.line) from None
+        except MemoryError:  # a value too large for this process: the statement fails, the session goes on
+            raise SqlError(OUT_OF_MEMORY, "There is insufficient system memory in resource pool 'default' to run "
+                                          "this query.", line=statement.line) from None
         except ArithmeticError as error:  # a value out of Python's range: float overflow, decimal limits
             raise SqlError(ARITHMETIC_OVERFLOW, f"Arithmetic overflow error: {error}.", line=statement.line) from None
         except (ValueError, TypeError) as error:  # a value a built-in function cannot take

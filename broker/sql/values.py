@@ -11,12 +11,14 @@ the same; its default collations would send N'...' as UTF-16, see docs/sql.md).
 
 from __future__ import annotations
 
+import math
 import re
+import struct
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
-from typing import Any
+from decimal import ROUND_DOWN, ROUND_HALF_UP, Context, Decimal, InvalidOperation, localcontext
+from typing import Any, NamedTuple
 
 from lxml import etree
 
@@ -30,6 +32,19 @@ XML_PARSING = 9400
 UNKNOWN_TYPE = 2715
 DATE_FAILED = 241
 TOP_NOT_INTEGER = 1060
+UNDEFINED_TYPE = 243
+TOO_PRECISE = 2750
+BAD_LENGTH = 1001
+TOO_LONG = 2717
+MAX_PRECISION = 38
+# Room for the digits of any DECIMAL(38, s) operation before its result is checked
+# (Python's default context keeps 28 and would round silently).
+EXACT_CONTEXT = Context(prec=2 * MAX_PRECISION + 2)
+_CHARACTER_LIMITS = {"VARCHAR": 8000, "CHAR": 8000, "NVARCHAR": 4000, "NCHAR": 4000, "VARBINARY": 8000,
+                     "BINARY": 8000}
+# Numbers as SQL Server reads them from text: ASCII digits, no underscores, no 'inf'.
+_INTEGER_TEXT = re.compile(r"\s*[+-]?[0-9]+\s*")
+_NUMBER_TEXT = re.compile(r"\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*")
 
 INTEGER_RANGES = {"BIT": (0, 1), "TINYINT": (0, 255), "SMALLINT": (-32_768, 32_767),
                   "INT": (-2_147_483_648, 2_147_483_647),
@@ -73,9 +88,35 @@ class Xml:
 
 
 def check_type(type_name: TypeName, line: int) -> None:
+    """A declared type: one SQL Server knows (2715), with a length or precision it takes."""
     if type_name.name not in KNOWN:
         raise SqlError(UNKNOWN_TYPE, f"Column, parameter, or variable #1: Cannot find data type {type_name.name}.",
                        line=line)
+    check_size(type_name, line)
+
+
+def check_cast_type(type_name: TypeName) -> None:
+    """The type of a CAST or CONVERT: one SQL Server knows (243), with a size it takes."""
+    if type_name.name not in KNOWN:
+        raise SqlError(UNDEFINED_TYPE, f"Type {type_name.name} is not a defined system type.")
+    check_size(type_name)
+
+
+def check_size(type_name: TypeName, line: int = 0) -> None:
+    """A length of 1 to the type's limit (1001, 2717), a precision of 1 to 38 (2750)."""
+    length = type_name.length
+    if type_name.name in EXACT and length is not None and not 1 <= length <= MAX_PRECISION:
+        raise SqlError(TOO_PRECISE, f"Column or parameter #1: Specified column precision {length} is greater than "
+                                    f"the maximum precision of {MAX_PRECISION}.", line=line)
+    limit = _CHARACTER_LIMITS.get(type_name.name)
+    if limit is None or length is None or length == -1:
+        return
+    if length < 1:
+        raise SqlError(BAD_LENGTH, f"Line {line or 1}: Length or precision specification {length} is invalid.",
+                       line=line)
+    if length > limit:
+        raise SqlError(TOO_LONG, f"The size ({length}) given to the type '{type_name.name.lower()}' exceeds the "
+                                 f"maximum allowed for any data type ({limit}).", line=line)
 
 
 def type_of(value: object) -> str:
@@ -125,11 +166,15 @@ def convert(value: Any, target: TypeName, *, declared: bool = False) -> Any:
             DECLARED_DEFAULT_LENGTH if declared else CAST_DEFAULT_LENGTH)
         if name == "SYSNAME":
             length = 128
-        return text if length in (-1, None) or name in ("NTEXT", "TEXT") else text[:length]
+        if length in (-1, None) or name in ("NTEXT", "TEXT"):
+            return text
+        return text[:length].ljust(length) if name in ("CHAR", "NCHAR") else text[:length]  # CHAR(n) pads
     if name in BINARY:
         data = _bytes(value)
         length = target.length if target.length is not None else (1 if declared else CAST_DEFAULT_LENGTH)
-        return data if length == -1 or name == "IMAGE" else data[:length]
+        if length == -1 or name == "IMAGE":
+            return data
+        return data[:length].ljust(length, b"\0") if name == "BINARY" else data[:length]
     if name == "UNIQUEIDENTIFIER":
         return _guid(value)
     if name == "XML":
@@ -137,13 +182,22 @@ def convert(value: Any, target: TypeName, *, declared: bool = False) -> Any:
     if name in EXACT:
         return _decimal(value, target)
     if name in APPROXIMATE:
-        try:
-            return float(value if not isinstance(value, str) else value.strip())
-        except (TypeError, ValueError):
-            raise _failed(value, name.lower()) from None
+        return _float(value, name)
     if name in DATETIME:
         return _datetime(value, name)
     return value  # SQL_VARIANT
+
+
+def _float(value: Any, name: str) -> float:
+    if isinstance(value, str) and _NUMBER_TEXT.fullmatch(value) is None:
+        raise _failed(value, name.lower())  # Python would read '1_000', 'inf' and other digits
+    try:
+        number = float(value.strip() if isinstance(value, str) else value)
+    except (TypeError, ValueError):
+        raise _failed(value, name.lower()) from None
+    if not math.isfinite(number):
+        raise _overflow(name)
+    return number
 
 
 def _failed(value: Any, type_name: str) -> SqlError:
@@ -161,7 +215,11 @@ def _integer(value: Any, name: str) -> int:
         number = int(value)
     elif isinstance(value, str):
         stripped = value.strip()
-        if not re.fullmatch(r"[+-]?\d+", stripped):
+        if name == "BIT" and stripped.upper() in ("TRUE", "FALSE"):
+            return 1 if stripped.upper() == "TRUE" else 0
+        if not stripped:
+            return 0  # SQL Server reads '' (or blanks) as 0 for the integer types
+        if _INTEGER_TEXT.fullmatch(stripped) is None:
             raise _failed(value, name.lower())
         number = int(stripped)
     elif isinstance(value, bytes):
@@ -186,6 +244,8 @@ def integer_result(number: int, *operands: int) -> int:
 
 def exact_number(value: Any, type_name: str) -> Decimal:
     """``value`` read as an exact number, every digit kept (245 when it is not one)."""
+    if isinstance(value, str) and _NUMBER_TEXT.fullmatch(value) is None:
+        raise _failed(value, type_name.lower())
     try:
         number = Decimal(value.strip() if isinstance(value, str) else str(value))
     except InvalidOperation:
@@ -202,13 +262,38 @@ def _decimal(value: Any, target: TypeName) -> Decimal:
     precision, scale = _EXACT_SHAPES.get(target.name) or (target.length or 18, target.scale or 0)
     try:
         # SQL Server rounds half away from zero (Python's default is to the even digit).
-        number = number.quantize(Decimal(1).scaleb(-scale), rounding=ROUND_HALF_UP)
-    except InvalidOperation:  # more digits than Python's decimal context holds
+        number = number.quantize(Decimal(1).scaleb(-scale), rounding=ROUND_HALF_UP, context=EXACT_CONTEXT)
+    except InvalidOperation:  # more digits than even DECIMAL(38) holds
         raise _overflow(target.name) from None
     limit = _MONEY_LIMITS.get(target.name)
     if abs(number) >= Decimal(10) ** (precision - scale) or (limit is not None and abs(number) > limit):
         raise _overflow(target.name)
     return number
+
+
+def exact_result(number: Decimal) -> Decimal:
+    """The result of DECIMAL arithmetic: 8115 past 38 digits (SQL Server's largest precision)."""
+    if number.is_finite() and number.adjusted() < MAX_PRECISION:
+        return number
+    raise _overflow("numeric")
+
+
+def exact_quotient(a: Decimal, b: Decimal) -> Decimal:
+    """DECIMAL division with SQL Server's result scale: at least 6, else the dividend's
+    scale plus the divisor's precision plus one (so 1.0 / 3 is 0.333333), truncated."""
+    scale = max(6, _scale(a) + _precision(b) + 1)
+    with localcontext(EXACT_CONTEXT):
+        quotient = (a / b).quantize(Decimal(1).scaleb(-scale), rounding=ROUND_DOWN)
+    return exact_result(quotient)
+
+
+def _scale(number: Decimal) -> int:
+    exponent = number.as_tuple().exponent
+    return max(-exponent, 0) if isinstance(exponent, int) else 0
+
+
+def _precision(number: Decimal) -> int:
+    return max(len(number.as_tuple().digits), _scale(number))
 
 
 def _overflow(name: str) -> SqlError:
@@ -236,8 +321,18 @@ def _text(value: Any) -> str:
     if isinstance(value, datetime):
         return value.strftime("%Y-%m-%d %H:%M:%S.") + f"{value.microsecond // 1000:03d}"
     if isinstance(value, float):
-        return repr(value)
+        return float_text(value)
+    if isinstance(value, Decimal):
+        return format(value, "f")  # never scientific: 0.0000001, not 1E-7
     return str(value)
+
+
+def float_text(value: float) -> str:
+    """A float as CAST(f AS VARCHAR) writes it (style 0): at most 6 significant digits,
+    scientific with a three-digit exponent when needed (1.23457e+008)."""
+    text = format(value, ".6g")
+    mantissa, e, exponent = text.partition("e")
+    return f"{mantissa}e{exponent[0]}{int(exponent[1:]):03d}" if e else text
 
 
 def _bytes(value: Any) -> bytes:
@@ -248,7 +343,10 @@ def _bytes(value: Any) -> bytes:
     if isinstance(value, uuid.UUID):
         return value.bytes_le  # SQL Server's byte order for uniqueidentifier
     if isinstance(value, bool) or isinstance(value, int):
-        return value.to_bytes(4 if -2**31 <= value < 2**31 else 8, "big", signed=True)
+        wide = isinstance(value, BigInt) or not INT_LOW <= value <= INT_HIGH
+        return value.to_bytes(8 if wide else 4, "big", signed=True)
+    if isinstance(value, float):
+        return struct.pack(">d", value)
     raise _failed(value, "varbinary")
 
 
@@ -267,10 +365,15 @@ def _guid(value: Any) -> uuid.UUID:
                                             "uniqueidentifier.")
 
 
+_DECLARED_ENCODING = re.compile(r"""^(\s*<\?xml[^>]*?)\s+encoding\s*=\s*(['"])[^'"]*\2""")
+
+
 def _xml(value: Any) -> Xml:
     if isinstance(value, Xml):
         return value
     if isinstance(value, (str, bytes)):
+        if isinstance(value, str):  # text is UTF-8 here, whatever its declaration says (N'... encoding="utf-16"')
+            value = _DECLARED_ENCODING.sub(r"\1", value)
         data = value.encode("utf-8") if isinstance(value, str) else value
         if not data.strip():
             return Xml("")
@@ -280,8 +383,19 @@ def _xml(value: Any) -> Xml:
 
 
 def _datetime(value: Any, name: str) -> datetime:
+    moment = _moment(value, name)
+    return datetime(moment.year, moment.month, moment.day) if name == "DATE" else moment
+
+
+def naive(value: datetime) -> datetime:
+    """A datetime as T-SQL holds it: without a zone (a zoned one, read from a column the
+    broker keeps in UTC, in UTC)."""
+    return value if value.tzinfo is None else value.astimezone(UTC).replace(tzinfo=None)
+
+
+def _moment(value: Any, name: str) -> datetime:
     if isinstance(value, datetime):
-        return value
+        return naive(value)
     if isinstance(value, date):
         return datetime(value.year, value.month, value.day)
     if isinstance(value, str):
@@ -364,14 +478,16 @@ def sql_type(text: str) -> TypeName:
 def _comparable(left: Any, right: Any) -> tuple[Any, Any]:
     """Both sides in one type, by SQL Server's precedence (number over string, guid over string)."""
     if isinstance(left, str) and isinstance(right, str):
-        return left.rstrip().casefold(), right.rstrip().casefold()
+        return left.rstrip(" ").casefold(), right.rstrip(" ").casefold()  # trailing blanks, not tabs
+    if isinstance(left, datetime) and isinstance(right, datetime):
+        return naive(left), naive(right)
     if isinstance(left, str) != isinstance(right, str):
         other = right if isinstance(left, str) else left
         text = left if isinstance(left, str) else right
         if isinstance(other, uuid.UUID):
             converted: Any = _guid(text)
         elif isinstance(other, bool) or isinstance(other, int):
-            converted = _integer(text, "BIGINT") if re.fullmatch(r"\s*[+-]?\d+\s*", text) else exact_number(
+            converted = _integer(text, "BIGINT") if _INTEGER_TEXT.fullmatch(text) else exact_number(
                 text, "DECIMAL")
         elif isinstance(other, (Decimal, float)):
             converted = exact_number(text, "DECIMAL")
@@ -408,29 +524,88 @@ def compare(op: str, left: Any, right: Any) -> bool | None:
 
 
 def like(value: Any, pattern: Any) -> bool | None:
+    """``value LIKE pattern`` under the case-insensitive collation: ``%``, ``_``, ``[abc]``,
+    ``[a-c]`` and ``[^...]``; the value's trailing blanks are ignored, the pattern's are
+    not. Matched without backtracking (time linear in value times pattern), so a pattern
+    of many ``%`` cannot stall a script on a long value, as a regular expression would."""
     if value is None or pattern is None:
         return None
-    regex = ""
-    text = _text(pattern)
-    index = 0
-    while index < len(text):
-        char = text[index]
-        if char == "%":
-            regex += ".*"
-        elif char == "_":
-            regex += "."
-        elif char == "[":
-            end = text.find("]", index + 1)
-            if end == -1:
-                regex += re.escape(char)
-            else:
-                body = text[index + 1:end]
-                regex += "[" + ("^" + re.escape(body[1:]) if body.startswith("^") else re.escape(body)) + "]"
-                index = end
+    tokens = _like_tokens(_text(pattern))
+    text = _text(value).rstrip(" ")
+    position = step = 0
+    star, resume = -1, 0
+    while position < len(text):
+        if step < len(tokens) and tokens[step] is not _ANY_RUN and _fits(tokens[step], text[position]):
+            position, step = position + 1, step + 1
+        elif step < len(tokens) and tokens[step] is _ANY_RUN:
+            star, resume, step = step, position, step + 1
+        elif star != -1:  # let the last % take one more character, and go on after it
+            resume += 1
+            position, step = resume, star + 1
         else:
-            regex += re.escape(char)
+            return False
+    return all(token is _ANY_RUN for token in tokens[step:])
+
+
+_ANY_RUN = object()  # %
+_ANY_ONE = object()  # _
+
+
+class _CharSet(NamedTuple):
+    """A pattern's [set] or [^set]: casefolded bounds of its characters and ranges."""
+
+    negated: bool
+    ranges: tuple[tuple[str, str], ...]
+
+
+_LikeToken = object | str | _CharSet  # one character of a pattern: %, _, a casefolded character, a set
+
+
+def _like_tokens(pattern: str) -> list[_LikeToken]:
+    tokens: list[_LikeToken] = []
+    index = 0
+    while index < len(pattern):
+        char = pattern[index]
+        end = pattern.find("]", index + 1) if char == "[" else -1
+        if char == "%":
+            if not tokens or tokens[-1] is not _ANY_RUN:
+                tokens.append(_ANY_RUN)
+        elif char == "_":
+            tokens.append(_ANY_ONE)
+        elif end != -1:
+            body = pattern[index + 1:end]
+            negated = body.startswith("^")
+            tokens.append(_CharSet(negated, _ranges(body[1:] if negated else body)))
+            index = end
+        else:
+            tokens.append(char.casefold())
         index += 1
-    return re.fullmatch(regex, _text(value).rstrip(), re.IGNORECASE | re.DOTALL) is not None
+    return tokens
+
+
+def _ranges(body: str) -> tuple[tuple[str, str], ...]:
+    """The characters of a [set]: single ones and ranges ``a-c`` (a '-' first or last is itself)."""
+    ranges: list[tuple[str, str]] = []
+    index = 0
+    while index < len(body):
+        low = body[index].casefold()
+        if index + 2 < len(body) and body[index + 1] == "-":
+            ranges.append((low, body[index + 2].casefold()))
+            index += 3
+        else:
+            ranges.append((low, low))
+            index += 1
+    return tuple(ranges)
+
+
+def _fits(token: _LikeToken, char: str) -> bool:
+    if token is _ANY_ONE:
+        return True
+    folded = char.casefold()
+    if isinstance(token, str):
+        return folded == token
+    assert isinstance(token, _CharSet)
+    return any(low <= folded <= high for low, high in token.ranges) != token.negated
 
 
 def truth(value: Any) -> bool:
@@ -465,16 +640,29 @@ def xml_exist(xml: Any, path: Any) -> int | None:
     return 1 if _select(xml, path) else 0
 
 
+# XQuery's prolog, as scripts read Service Broker's Error messages with it:
+# declare namespace brokerns="http://schemas.microsoft.com/SQL/ServiceBroker/Error";
+_DECLARE_NAMESPACE = re.compile(r"\s*declare\s+namespace\s+([A-Za-z_][\w.-]*)\s*=\s*(['\"])(.*?)\2\s*;", re.DOTALL)
+_ANY_NAMESPACE = re.compile(r"\*:([A-Za-z_][\w.-]*)")  # *:Code, which XPath 1.0 spells with local-name()
+
+
 def _select(xml: Any, path: Any) -> list[Any]:
     document = xml if isinstance(xml, Xml) else _xml(xml)
     if not document.text.strip():
         return []
+    query, namespaces = _text(path), {}
+    while (declared := _DECLARE_NAMESPACE.match(query)) is not None:
+        namespaces[declared.group(1)] = declared.group(3)
+        query = query[declared.end():]
+    query = _ANY_NAMESPACE.sub(lambda name: f"*[local-name()='{name.group(1)}']", query)
     try:
-        result = etree.ElementTree(document.tree()).xpath(_text(path))
+        result = etree.ElementTree(document.tree()).xpath(query, namespaces=namespaces)
     except etree.XPathError as exc:
         raise SqlError(2389, f"XQuery [value()]: {exc}") from None
     if isinstance(result, list):
         return result
     if isinstance(result, bool):
         return [str(int(result))] if result else []
+    if isinstance(result, float) and result.is_integer():
+        return [str(int(result))]  # count(...) is 2, not '2.0', which no integer type reads
     return [str(result)]

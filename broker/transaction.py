@@ -208,7 +208,7 @@ class Transaction:
     def _waitfor(self, queue: str, timeout: float | None, attempt: Callable[[TxContext], T], empty: T) -> T:
         self._refuse_in_snapshot()  # RECEIVE and GET CONVERSATION GROUP take and lock
         if timeout is None or timeout == 0:
-            return self._call(attempt)
+            return self._kept(self._call(attempt))
         deadline = float("inf") if timeout == FOREVER else time.monotonic() + timeout
         while True:
             # Read before the attempt: a commit after it then ends the wait at once. The
@@ -221,13 +221,20 @@ class Transaction:
             # is replaced here, one that fails later wakes the wait.
             self._listen()
             self._call(TxContext.refresh_catalog)
-            result = self._call(attempt)
+            result = self._kept(self._call(attempt))
             if result is not None and result != []:
-                self._wrote = True  # received rows or a locked group: the lock must stay
                 return result
             if time.monotonic() >= deadline or self._stopping():
                 return empty
             self._wait(queue, seen, deadline)
+
+    def _kept(self, result: T) -> T:
+        """A RECEIVE's rows or GET CONVERSATION GROUP's group: taken and locked, they count
+        as written, so that a later WAITFOR of the transaction keeps them (it would
+        otherwise roll back to wait, and the rows would be received again)."""
+        if result is not None and result != []:
+            self._wrote = True
+        return result
 
     def _listen(self) -> None:
         try:

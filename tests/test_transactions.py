@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import Column, Integer, MetaData, String, Table, func, insert, select
 from support import (
     CONTRACT,
+    INITIATOR_QUEUE,
     INITIATOR_SERVICE,
     REQUEST,
     TARGET_QUEUE,
@@ -67,6 +68,20 @@ def test_a_received_message_comes_back_in_place_on_rollback(tutorial: broker.Bro
             assert len(tx.receive(TARGET_QUEUE)) == 1
             raise RuntimeError
     assert tutorial.queue_rows(TARGET_QUEUE) == [before]
+
+
+@pytest.mark.parametrize("first", ["receive", "get_conversation_group"])
+def test_a_waitfor_keeps_what_the_transaction_took_before_it(tutorial: broker.Broker, first: str) -> None:
+    # A RECEIVE without WAITFOR (or GET CONVERSATION GROUP) then a WAITFOR on an empty
+    # queue: the wait rolled the transaction back to release the lock, undoing the first.
+    open_dialog(tutorial, "<a/>")
+    with tutorial.transaction() as tx:
+        if first == "get_conversation_group":
+            assert tx.get_conversation_group(TARGET_QUEUE) is not None
+        taken = tx.receive(TARGET_QUEUE)
+        assert len(taken) == 1
+        assert tx.receive(INITIATOR_QUEUE, timeout=0.2) == []
+    assert tutorial.queue_rows(TARGET_QUEUE) == []
 
 
 def test_a_broker_error_leaves_the_transaction_usable(tutorial: broker.Broker) -> None:

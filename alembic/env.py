@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from alembic import context
@@ -17,6 +18,7 @@ from broker.storage.models import Base
 from broker.storage.queue_tables import is_internal_queue_object
 
 config = context.config
+_SCHEMA_LOCK = 0x53425343  # "SBSC": the advisory lock key of catalog upgrades on PostgreSQL
 
 
 def include_object(obj, name, type_, reflected, compare_to):  # type: ignore[no-untyped-def]
@@ -30,8 +32,17 @@ def _run(connection: Connection) -> None:
         include_object=include_object,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
+        # One transaction for the whole upgrade, on SQLite too (Alembic's default there
+        # commits after each revision): processes opening a new or older database at
+        # once then wait for the first one's upgrade, rather than read its halfway
+        # revision and apply the rest again over it ("table already exists").
+        transactional_ddl=True,
     )
     with context.begin_transaction():
+        if connection.dialect.name == "postgresql":
+            # Upgrades wait for each other before reading the revision (SQLite's BEGIN
+            # IMMEDIATE does this there): two would create the same tables at once.
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key, 0)"), {"key": _SCHEMA_LOCK})
         context.run_migrations()
 
 

@@ -105,3 +105,29 @@ def test_a_queue_cannot_take_the_name_of_a_catalog_table(db: broker.Broker) -> N
         db.create_queue("SB_QUEUES")  # names compare case-insensitively, as in SQL Server
     assert failure.value.number == 2714
     assert db.catalog("sys.service_queues") == []
+
+
+_CONNECT = """
+import sys
+import broker
+try:
+    broker.connect(sys.argv[1])
+except broker.BrokerError as error:
+    print(error.number, error)
+    sys.exit(3)
+"""
+
+
+@pytest.mark.empty_database
+def test_processes_opening_a_new_database_at_once_all_succeed(db_url: str) -> None:
+    # Each revision committed on its own (SQLite): a second process read the halfway
+    # revision and applied the rest again over the first ("table already exists", 59020).
+    processes = [subprocess.Popen([sys.executable, "-c", _CONNECT, db_url], stdout=subprocess.PIPE, text=True)
+                 for _ in range(4)]
+    outcomes = [process.communicate(timeout=120)[0] for process in processes]
+    assert [(process.returncode, out) for process, out in zip(processes, outcomes, strict=True)] == [(0, "")] * 4
+    engine = create_broker_engine(db_url)
+    try:
+        assert schema.current_revision(engine) == schema.head_revision()
+    finally:
+        engine.dispose()

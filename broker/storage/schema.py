@@ -80,7 +80,8 @@ def current_revision(engine: Engine) -> str | None:
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Upgrade the catalog to ``revision`` in one transaction (serialized on SQLite)."""
+    """Upgrade the catalog to ``revision`` in one transaction, one process at a time (the
+    write lock on SQLite, an advisory lock on PostgreSQL: see alembic/env.py)."""
     from alembic import command
 
     with engine.connect() as conn:

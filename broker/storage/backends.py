@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import sqlite3
 import time
 import uuid
@@ -29,6 +28,7 @@ from sqlalchemy import Engine, event, text
 from sqlalchemy.engine import Connection
 
 from broker.errors import BrokerError
+from broker.storage import runtime_marks
 from broker.storage.queue_tables import QueueStatements, TakenRows, take_rows
 from broker.storage.waiting import CommitWatch, QueueNotifier, wait_for_queue
 from broker.storage.write_lock import LEND_AFTER_S, close_if_idle, forked_while_writing, write_lock
@@ -258,19 +258,19 @@ class Backend:
         """The id a runtime's activated tasks carry (their ``spid``) while it runs; once
         the runtime's process is gone, ``ended_sessions`` reports it.
 
-        SQLite: the process id (every process using the file runs on this machine).
+        SQLite: a number of the runtime's own, marked by a record lock in a file beside
+        the database (``broker.storage.runtime_marks``), which the kernel lets go when the
+        process ends. Not the process id: a later process may have that.
         """
-        yield os.getpid()
+        with runtime_marks.held(self.database_key(engine)) as number:
+            yield number
 
     def ended_sessions(self, conn: Connection, sessions: list[int]) -> list[int]:
         """Those of ``sessions`` whose runtime no longer runs.
 
-        SQLite: processes that no longer exist (``os.kill(pid, 0)``; POSIX only, elsewhere
-        none is known to have ended).
+        SQLite: numbers whose mark no process holds (``broker.storage.runtime_marks``).
         """
-        if os.name != "posix":
-            return []
-        return [pid for pid in sessions if not _process_exists(pid)]
+        return runtime_marks.ended(self.database_key(conn.engine), sessions)
 
     # -- names ---------------------------------------------------------------------------
 
@@ -402,16 +402,6 @@ def _end_then_give_back(dbapi: Any, info: dict[Any, Any], *, commit: bool) -> No
                 committed = True
     finally:
         _give_back(info, committed=committed)
-
-
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process
-    return True
 
 
 def backend_for(engine: Engine) -> Backend:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from broker.transaction import Transaction
 
 OPERAND_TYPE_CLASH = 206
+TRUNCATED = 2628
 
 
 class BrokerStatements:
@@ -80,7 +81,7 @@ class BrokerStatements:
     def _receive(self, statement: n.Receive, evaluator: Evaluator, scope: Scope, timeout: float | None = None) -> None:
         from broker.sql.queries import check_receive
         check_receive(statement.items, statement.into, scope)
-        queue = self.databases.local(statement.queue)
+        queue = self._queue_name(statement.queue)
         top = None if statement.top is None else values.top_count(evaluator.value(statement.top))
         where: dict[str, Any] = {}
         if statement.where is not None:
@@ -121,14 +122,19 @@ class BrokerStatements:
             table = scope.table(statement.into)
             if len(table.columns) != len(columns):
                 raise SqlError(213, "Column name or number of supplied values does not match table definition.")
-            for row in rows:
-                table.rows.append({name.lower(): values.convert(value, type_name, declared=True)
-                                   for (name, type_name), value in zip(table.columns, row, strict=True)})
+            # Every row converted before any is added: a failing statement leaves the table as it was.
+            stored = [_stored_row(statement.into, table.columns, row) for row in rows]
+            table.rows.extend(stored)
         else:
             self._emit(ResultSet(columns, tuple(rows)))
         self.rowcount = len(rows)
         if not self.options.nocount:
             self._emit(RowsAffected(len(rows)))
+
+    def _queue_name(self, name: tuple[str, ...]) -> str:
+        """The queue a RECEIVE or GET CONVERSATION GROUP names, in this database (40515 for another)."""
+        from broker.sql.queries import local_object
+        return local_object(name, self.databases.name)[-1]
 
     def _waitfor(self, statement: n.WaitFor, evaluator: Evaluator, scope: Scope) -> None:
         timeout: float | None = -1
@@ -146,7 +152,7 @@ class BrokerStatements:
     def _getconversationgroup(self, statement: n.GetConversationGroup, _evaluator: Evaluator, scope: Scope,
                               timeout: float | None = None) -> None:
         _check_handle_variable(scope, statement.variable)
-        queue = self.databases.local(statement.queue)
+        queue = self._queue_name(statement.queue)
         group = self._in_transaction(lambda tx: tx.get_conversation_group(queue, timeout=timeout))
         scope.assign(statement.variable, group)
         self.rowcount = 0 if group is None else 1
@@ -186,6 +192,28 @@ def _check_handle_variable(scope: Scope, name: str) -> None:
     if variable.type.name != "UNIQUEIDENTIFIER":
         raise SqlError(OPERAND_TYPE_CLASH, "Operand type clash: uniqueidentifier is incompatible with "
                                            f"{variable.type.name.lower()}")
+
+
+def _stored_row(table: str, columns: list[tuple[str, n.TypeName]], row: tuple[Any, ...]) -> dict[str, Any]:
+    return {name.lower(): _stored(value, type_name, table, name)
+            for (name, type_name), value in zip(columns, row, strict=True)}
+
+
+def _stored(value: Any, type_name: n.TypeName, table: str, column: str) -> Any:
+    """``value`` as a table variable's column holds it: converted as for a variable, but a
+    string or binary value too long for the column fails (2628, SQL Server's rule with
+    ANSI_WARNINGS ON) where a variable silently keeps its start. Trailing blanks lost
+    from a string lose nothing."""
+    stored = values.convert(value, type_name, declared=True)
+    if stored is None or type_name.name not in values.CHARACTER | values.BINARY:
+        return stored
+    whole = values.convert(value, n.TypeName("NVARCHAR" if isinstance(stored, str) else "VARBINARY", -1))
+    lost = whole[len(stored):]
+    if lost.rstrip(" ") if isinstance(lost, str) else lost:
+        shown = stored if isinstance(stored, str) else f"0x{stored.hex().upper()}"
+        raise SqlError(TRUNCATED, f"String or binary data would be truncated in table '{table}', column "
+                                  f"'{column}'. Truncated value: '{shown}'.")
+    return stored
 
 
 def _assign_rows(rows: Iterable[tuple[Any, ...]], assignments: list[tuple[str, str]], scope: Scope) -> int:

@@ -14,9 +14,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar, overload
 
 from sqlalchemy import text
 
@@ -25,7 +27,7 @@ from broker.inspection import CATALOG_VIEWS, VIEW_COLUMN_TYPES
 from broker.sql import nodes as n
 from broker.sql import values
 from broker.sql.errors import SqlError
-from broker.sql.expressions import AGGREGATES, INVALID_COLUMN, Evaluator, Scope, aggregate_key, column_value
+from broker.sql.expressions import AGGREGATES, INVALID_COLUMN, Evaluator, Scope, aggregate_key, arithmetic, column_value
 from broker.storage.types import UTCDateTime
 
 if TYPE_CHECKING:
@@ -34,6 +36,9 @@ if TYPE_CHECKING:
     from broker.transaction import Transaction
 
 INVALID_OBJECT = 208
+AMBIGUOUS_COLUMN = 209
+TOO_MANY_PREFIXES = 117
+CROSS_DATABASE = 40515
 COLUMN_COUNT = 213
 OPERAND_TYPE_INVALID = 8117
 ASSIGN_AND_RETRIEVE = 141
@@ -42,6 +47,9 @@ RECEIVE_ASSIGN_AND_RETRIEVE = 8447
 RECEIVE_ASSIGN_INTO = 8450
 
 QUEUE_COLUMNS = tuple(field.name for field in dataclasses.fields(Message))
+# A column of FROM as ``*`` names it: the alias that qualifies it (None: none does) and its name.
+Named = tuple[str | None, str]
+_QUEUE_NAMES: list[Named] = [(None, column) for column in QUEUE_COLUMNS]
 _COLUMN_TYPES = {**VIEW_COLUMN_TYPES, "message_enqueue_time": UTCDateTime()}
 # The columns SQL Server types BIGINT: integer arithmetic on them is BIGINT's, not INT's.
 _BIGINT_COLUMNS = frozenset({
@@ -79,7 +87,7 @@ def check_receive(items: list[n.SelectItem], into: str | None, scope: Scope) -> 
     (8447, 8450), its variables (137), columns (207), and the INTO table (1087, 213)."""
     check_receive_list(items, into)
     row: Row = dict.fromkeys(QUEUE_COLUMNS)
-    columns, plan = _plan(items, [row], QUEUE_COLUMNS)
+    columns, plan = _plan(items, _QUEUE_NAMES)
     for item in items:
         if item.variable is not None:
             scope.scalar(item.variable)
@@ -95,17 +103,26 @@ def check_receive(items: list[n.SelectItem], into: str | None, scope: Scope) -> 
 
 def _nodes(expr: Any) -> Iterable[n.Expr]:
     """``expr`` and the expressions inside it, not those of a subquery (its own scope)."""
-    if isinstance(expr, tuple):
-        for child in expr:
-            yield from _nodes(child)
-        return
-    if not isinstance(expr, n.Expr):
-        return
-    yield expr
+    for node in _exprs(expr):
+        yield node
+        yield from _nodes(tuple(_children(node)))
+
+
+def _exprs(value: Any) -> Iterator[n.Expr]:
+    """The expressions ``value`` holds: itself, those of a (nested) tuple, or none."""
+    if isinstance(value, tuple):
+        for item in value:
+            yield from _exprs(item)
+    elif isinstance(value, n.Expr):
+        yield value
+
+
+def _children(expr: n.Expr) -> Iterator[n.Expr]:
+    """The expressions directly inside ``expr``; none of a subquery's (its own scope)."""
     if isinstance(expr, (n.Subquery, n.Exists)) or not dataclasses.is_dataclass(expr):
         return
     for field in dataclasses.fields(expr):
-        yield from _nodes(getattr(expr, field.name))
+        yield from _exprs(getattr(expr, field.name))
 
 
 def project_messages(items: list[n.SelectItem], messages: list[Message], evaluator: Evaluator,
@@ -114,7 +131,7 @@ def project_messages(items: list[n.SelectItem], messages: list[Message], evaluat
     check_receive_list(items, into)
     assigning = [item for item in items if item.variable is not None]
     rows = [_message_row(message) for message in messages]
-    columns, projected = _project(items, rows, evaluator, QUEUE_COLUMNS)
+    columns, projected = _project(items, rows, evaluator, _QUEUE_NAMES)
     assignments = [(item.variable, item.operator) for item in assigning if item.variable is not None]
     return columns, projected, assignments
 
@@ -124,8 +141,24 @@ def _message_row(message: Message) -> Row:
 
 
 def _typed(column: str, value: Any) -> Any:
-    """A column's value as T-SQL sees it (a BIGINT column's integers are ``BigInt``)."""
+    """A column's value as T-SQL sees it: a BIGINT column's integers are ``BigInt``, and
+    a datetime (kept zoned, in UTC) is naive UTC, as GETUTCDATE() and literals are."""
+    if isinstance(value, datetime):
+        return values.naive(value)
     return values.BigInt(value) if column in _BIGINT_COLUMNS and isinstance(value, int) else value
+
+
+def local_object(name: tuple[str, ...], database: str) -> tuple[str, ...]:
+    """The ``[schema.]object`` of a ``[[[server.]database.]schema.]object`` name, which
+    must be in the session's database: a database here reaches no other one, so a server
+    or another database is refused (40515, as Azure SQL Database does), never read from here."""
+    if len(name) > 4:
+        raise SqlError(TOO_MANY_PREFIXES, f"The object name '{'.'.join(name)}' contains more than the maximum "
+                                          "number of prefixes. The maximum is 3.")
+    if len(name) == 4 or (len(name) == 3 and name[0].casefold() != database.casefold()):
+        raise SqlError(CROSS_DATABASE, f"Reference to database and/or server name in '{'.'.join(name)}' is not "
+                                       "supported in this version of SQL Server.")
+    return name[-2:]
 
 
 # -- SELECT -------------------------------------------------------------------------------
@@ -168,7 +201,7 @@ def _evaluate_lazily(tx: Transaction, db: Broker, select: n.Select,
     previous row's assignments, so ``SELECT @s = @s + name ... ORDER BY name`` accumulates
     as in SQL Server."""
     rows, names = _filtered(tx, db, select, evaluator)
-    columns, plan = _plan(select.items, rows, names)
+    columns, plan = _plan(select.items, names)
     outputs: list[Sequence[Any]] = [_Outputs(plan, row, evaluator) for row in rows]
     if select.order_by:
         outputs = _order(select, columns, rows, outputs, evaluator)
@@ -200,13 +233,15 @@ class _Outputs(Sequence[Any]):
         return self._evaluator.value(self._exprs[index], self._row)
 
 
-def _filtered(tx: Transaction, db: Broker, select: n.Select, evaluator: Evaluator) -> tuple[list[Row],
-                                                                                           tuple[str, ...]]:
-    """The rows of FROM that WHERE keeps, grouped when the SELECT groups or aggregates."""
-    rows, names = _from(tx, db, select.sources, evaluator)
+def _filtered(tx: Transaction, db: Broker, select: n.Select, evaluator: Evaluator) -> tuple[list[Row], list[Named]]:
+    """The rows of FROM that WHERE keeps, grouped when the SELECT groups or aggregates,
+    and the columns ``*`` names."""
+    rows, tables = _from(tx, db, select, evaluator)
+    names = [(table.alias, column) for table in tables for column in table.columns]
     if select.where is not None:
         rows = [row for row in rows if evaluator.condition(select.where, row)]
     if select.group_by or _has_aggregate(select):
+        _check_grouped(select, names, tables)
         rows = _group(select, rows, evaluator)
     return rows, names
 
@@ -217,53 +252,98 @@ def _top(select: n.Select, rows: list[T], evaluator: Evaluator) -> list[T]:
     return rows[:values.top_count(evaluator.value(select.top))]
 
 
-def _from(tx: Transaction, db: Broker, sources: list[n.FromItem], evaluator: Evaluator) -> tuple[list[Row],
-                                                                                                tuple[str, ...]]:
-    """The joined rows of the FROM clause, keyed ``alias.column`` and ``column``; no FROM: one empty row."""
-    if not sources:
-        return [{}], ()
+@dataclasses.dataclass(frozen=True)
+class _Table:
+    """One table of FROM, read whole: its rows (keyed by ``_keyed``), the alias that
+    qualifies its columns, the name an error shows it by, and its columns in order."""
+    rows: list[Row]
+    alias: str | None
+    shown: str
+    columns: list[str]
+
+    def null_row(self) -> Row:
+        """What a LEFT JOIN gives for this table when no row matches: NULL in every column."""
+        return _keyed(dict.fromkeys(self.columns), self.alias)
+
+
+def _from(tx: Transaction, db: Broker, select: n.Select, evaluator: Evaluator) -> tuple[list[Row], list[_Table]]:
+    """The joined rows of the FROM clause, keyed ``alias.column`` and ``column``, and its
+    tables; no FROM: one empty row. Every table is read, and the statement's unqualified
+    columns checked against them (209), before any join condition runs."""
+    if not select.sources:
+        return [{}], []
+    items = [(_source(tx, db, item.source, evaluator),
+              [(join, _source(tx, db, join.source, evaluator)) for join in item.joins]) for item in select.sources]
+    tables = [table for first, joins in items for table in (first, *(right for _, right in joins))]
+    _check_unambiguous(select, tables)
     rows: list[Row] | None = None
-    names: list[str] = []
-    for item in sources:
-        joined, columns = _source(tx, db, item.source, evaluator)
-        names += columns
-        for join in item.joins:
-            right, right_columns = _source(tx, db, join.source, evaluator)
-            names += right_columns
-            joined = _join(joined, right, right_columns, join, evaluator)
+    for first, joins in items:
+        joined = first.rows
+        for join, right in joins:
+            joined = _join(joined, right, join, evaluator)
         rows = joined if rows is None else [{**left, **row} for left in rows for row in joined]
-    return rows or [], tuple(names)
+    return rows or [], tables
 
 
-def _join(left: list[Row], right: list[Row], right_columns: list[str], join: n.Join,
-          evaluator: Evaluator) -> list[Row]:
+def _join(left: list[Row], right: _Table, join: n.Join, evaluator: Evaluator) -> list[Row]:
     result: list[Row] = []
-    empty = {key: None for row in right[:1] for key in row}
     for row in left:
         matched = False
-        for other in right:
+        for other in right.rows:
             combined = {**row, **other}
             if join.condition is None or evaluator.condition(join.condition, combined):
                 result.append(combined)
                 matched = True
         if not matched and join.kind == "LEFT":
-            result.append({**row, **(empty or {column: None for column in right_columns})})
+            result.append({**row, **right.null_row()})
     return result
 
 
-def _source(tx: Transaction, db: Broker, source: n.TableSource, evaluator: Evaluator) -> tuple[list[Row], list[str]]:
+def _check_unambiguous(select: n.Select, tables: list[_Table]) -> None:
+    """209 for a column the statement names without a table that more than one table of
+    FROM has (a joined row holds the last one's value under the bare name). ``*`` names
+    each column by its table; ORDER BY may name a select-list column by its label."""
+    counts = Counter(column.lower() for table in tables for column in table.columns)
+    ambiguous = {column for column, count in counts.items() if count > 1}
+    if not ambiguous:
+        return
+    labels = Counter(_label(item).lower() for item in select.items if item.expr is not None)
+    ordering = [expr for expr, _ in select.order_by if not (isinstance(expr, n.Column) and len(expr.parts) == 1
+                                                            and labels[expr.parts[0].lower()] == 1)]
+    conditions = [join.condition for item in select.sources for join in item.joins]
+    exprs = [item.expr for item in select.items] + [select.where, *select.group_by, select.having, *ordering]
+    for node in _nodes(tuple(exprs + conditions)):
+        name = _bare_column(node)
+        if name is not None and name.lower() in ambiguous:
+            raise SqlError(AMBIGUOUS_COLUMN, f"Ambiguous column name '{name}'.")
+
+
+def _bare_column(node: n.Expr) -> str | None:
+    """The column ``node`` names without a table (as ``name`` or ``name.value(...)``), if it does."""
+    if isinstance(node, n.Column) and len(node.parts) == 1:
+        return node.parts[0]
+    if isinstance(node, n.Call) and len(node.name) == 2:
+        return node.name[0]
+    return None
+
+
+def _source(tx: Transaction, db: Broker, source: n.TableSource, evaluator: Evaluator) -> _Table:
     if source.derived is not None:
         names, derived = _evaluate(tx, db, source.derived, evaluator)
         plain = [dict(zip(names, row, strict=True)) for row in derived]
-        return [_keyed(row, source.alias) for row in plain], list(names)
+        return _Table([_keyed(row, source.alias) for row in plain], source.alias, source.alias or "", list(names))
     if source.variable is not None:
         table = evaluator.scope.table(source.variable)
+        alias = source.alias or source.variable
         declared = [name for name, _type in table.columns]
-        return [_keyed(row, source.alias or source.variable) for row in table.rows], declared
+        return _Table([_keyed(row, alias) for row in table.rows], alias, alias, declared)
     assert source.name is not None
-    sql_name, alias = _sql_name(tx, db, source.name)
+    local = local_object(source.name, evaluator.session.database_name)
+    sql_name, default_alias = _sql_name(tx, db, source.name, local)
     columns, rows = tx.read(lambda ctx: _read_all(ctx, sql_name))
-    return [_keyed(row, source.alias or alias) for row in rows], columns
+    alias = source.alias or default_alias
+    shown = source.alias or ".".join(part for part in local if part)
+    return _Table([_keyed(row, alias) for row in rows], alias, shown, columns)
 
 
 def _read_all(ctx: TxContext, sql_name: str) -> tuple[list[str], list[Row]]:
@@ -281,9 +361,10 @@ def _keyed(row: Mapping[str, Any], alias: str | None) -> Row:
     return keyed
 
 
-def _sql_name(tx: Transaction, db: Broker, name: tuple[str, ...]) -> tuple[str, str]:
-    """The SQL name of a catalog view, a queue's view or a table, and its default alias."""
-    parts = [part for part in name if part]
+def _sql_name(tx: Transaction, db: Broker, name: tuple[str, ...], local: tuple[str, ...]) -> tuple[str, str]:
+    """The SQL name of a catalog view, a queue's view or a table (``local``, the
+    ``[schema.]object`` of ``name``), and its default alias."""
+    parts = [part for part in local if part]
     last = parts[-1]
     backend = db.state.backend
     quote = db.engine.dialect.identifier_preparer.quote_identifier
@@ -307,20 +388,61 @@ def _sql_name(tx: Transaction, db: Broker, name: tuple[str, ...]) -> tuple[str, 
 
 def _aggregates(expr: Any) -> Iterable[n.Call]:
     """The aggregate calls in an expression (not inside a subquery)."""
-    if isinstance(expr, n.Call) and expr.name[-1].upper() in AGGREGATES:
-        yield expr
-        return
-    if isinstance(expr, (n.Subquery, n.Exists)) or not dataclasses.is_dataclass(expr):
-        return
-    for field in dataclasses.fields(expr):
-        value = getattr(expr, field.name)
-        children = value if isinstance(value, tuple) else (value,)
-        for child in children:
-            if isinstance(child, tuple):
-                for inner in child:
-                    yield from _aggregates(inner)
-            elif isinstance(child, n.Expr):
-                yield from _aggregates(child)
+    for node in _exprs(expr):
+        if _is_aggregate(node):
+            yield node
+        else:
+            yield from _aggregates(tuple(_children(node)))
+
+
+def _is_aggregate(expr: n.Expr) -> TypeGuard[n.Call]:
+    return isinstance(expr, n.Call) and expr.name[-1].upper() in AGGREGATES
+
+
+def _check_grouped(select: n.Select, names: list[Named], tables: list[_Table]) -> None:
+    """8120 for a column of the select list outside every aggregate and GROUP BY
+    expression: a group has no one value of it."""
+    _columns, plan = _plan(select.items, names)
+    for _label, expr in plan:
+        for column in _ungrouped(expr, select.group_by):
+            shown = _shown_column(column, tables)
+            if shown is not None:  # a column no table has is 207, when it is evaluated
+                raise SqlError(NOT_IN_GROUP, f"Column '{shown}' is invalid in the select list because it is not "
+                                             "contained in either an aggregate function or the GROUP BY clause.")
+
+
+def _ungrouped(expr: Any, group_by: list[n.Expr]) -> Iterator[n.Column]:
+    """The columns of ``expr`` neither inside an aggregate nor part of a GROUP BY expression."""
+    for node in _exprs(expr):
+        if _is_aggregate(node) or any(_same(node, grouped) for grouped in group_by):
+            continue
+        if isinstance(node, n.Column):
+            yield node
+        else:
+            yield from _ungrouped(tuple(_children(node)), group_by)
+
+
+def _same(expr: n.Expr, grouped: n.Expr) -> bool:
+    """Whether ``expr`` is the GROUP BY expression ``grouped``; a column may be named with
+    its table in one and without in the other."""
+    if isinstance(expr, n.Column) and isinstance(grouped, n.Column):
+        mine = [part.lower() for part in expr.parts[-2:]]
+        theirs = [part.lower() for part in grouped.parts[-2:]]
+        return mine[-1] == theirs[-1] and (len(mine) == 1 or len(theirs) == 1 or mine == theirs)
+    return expr == grouped
+
+
+def _shown_column(column: n.Column, tables: list[_Table]) -> str | None:
+    """``table.column`` as an error names a column of FROM; None if no table has it."""
+    name = column.parts[-1].lower()
+    qualifier = column.parts[-2].lower() if len(column.parts) > 1 else None
+    for table in tables:
+        if qualifier is not None and (table.alias or "").lower() != qualifier:
+            continue
+        for own in table.columns:
+            if own.lower() == name:
+                return f"{table.shown}.{own}" if table.shown else own
+    return None
 
 
 def _has_aggregate(select: n.Select) -> bool:
@@ -373,9 +495,9 @@ def _aggregate(call: n.Call, rows: list[Row], evaluator: Evaluator) -> Any:
                                                      f"{name.lower()} operator.")
     if name == "SUM":
         return sum(found)
-    if name == "AVG":
+    if name == "AVG":  # of integers, an integer truncated toward zero (T-SQL's integer division)
         total = sum(found)
-        return total // len(found) if isinstance(total, int) else total / len(found)
+        return arithmetic("/", total, len(found)) if isinstance(total, int) else total / len(found)
     ordered = sorted(found, key=functools.cmp_to_key(_compare))
     return ordered[0] if name == "MIN" else ordered[-1]
 
@@ -384,30 +506,33 @@ def _aggregate(call: n.Call, rows: list[Row], evaluator: Evaluator) -> Any:
 
 
 def _project(items: list[n.SelectItem], rows: list[Row], evaluator: Evaluator,
-             names: Iterable[str]) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
-    columns, plan = _plan(items, rows, names)
+             names: list[Named]) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
+    columns, plan = _plan(items, names)
     projected = [tuple(evaluator.value(expr, row) for _, expr in plan) for row in rows]
     return columns, projected
 
 
-def _plan(items: list[n.SelectItem], rows: list[Row],
-          names: Iterable[str]) -> tuple[tuple[str, ...], list[tuple[str, n.Expr]]]:
-    """The columns of a select list and the expression of each (``*`` expanded)."""
+def _plan(items: list[n.SelectItem], names: list[Named]) -> tuple[tuple[str, ...], list[tuple[str, n.Expr]]]:
+    """The columns of a select list and the expression of each: ``*`` is every column of
+    every table, each read through its table (two tables' ``a`` are two columns)."""
     columns: list[str] = []
     plan: list[tuple[str, n.Expr]] = []
     for item in items:
         if item.expr is None:
-            prefix = f"{item.table.lower()}." if item.table else ""
-            for name in dict.fromkeys(names):
-                if item.table and not any(f"{prefix}{name.lower()}" in row for row in rows[:1]):
+            for alias, name in names:
+                if item.table and (alias or "").lower() != item.table.lower():
                     continue
                 columns.append(name)
-                plan.append((name, n.Column((item.table, name) if item.table else (name,))))
+                plan.append((name, n.Column((alias, name) if alias else (name,))))
             continue
-        label = item.alias or (item.expr.parts[-1] if isinstance(item.expr, n.Column) else "")
-        columns.append(label)
-        plan.append((label, item.expr))
+        columns.append(_label(item))
+        plan.append((_label(item), item.expr))
     return tuple(columns), plan
+
+
+def _label(item: n.SelectItem) -> str:
+    """The column name of a select-list expression: its alias, a column's name, or none."""
+    return item.alias or (item.expr.parts[-1] if isinstance(item.expr, n.Column) else "")
 
 
 def _order(select: n.Select, columns: tuple[str, ...], rows: list[Row], projected: list[S],

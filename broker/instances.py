@@ -311,6 +311,9 @@ class Instance:
         twice, the two would share one broker id, and the 9773 rule for a copy would
         disable the member that is already there."""
         wanted = parse_url(url)  # 59011 for a URL of the wrong form, as connect() says
+        if _same_database(wanted, self.msdb.engine.url):
+            raise BrokerError(1801, f"Database '{name}' already exists: it is the instance's own catalog "
+                                    "(master and msdb). Choose a different database.")
         rows = read_in(self.msdb, lambda ctx: list(ctx.conn.execute(select(_members.c.name, _members.c.url))))
         member = next((row.name for row in rows if _same_database(wanted, make_url(row.url))), None)
         if member is not None:

@@ -34,6 +34,14 @@ def test_databases_are_added_listed_and_removed(inst: broker.Instance, instance_
     detached.dispose()
 
 
+def test_the_instance_catalog_is_no_member_of_itself(inst: broker.Instance, instance_urls: tuple[str, str, str]) -> None:
+    # Attached, the member shared the catalog's broker id and showed msdb's routes as its own.
+    with pytest.raises(broker.BrokerError) as itself:
+        inst.add_database("Self", instance_urls[0])
+    assert itself.value.number == 1801
+    assert list(inst.databases) == []
+
+
 def test_a_name_is_unique_and_an_unknown_one_is_911(inst: broker.Instance, instance_urls: tuple[str, str, str]) -> None:
     inst.add_database("A", instance_urls[1])
     with pytest.raises(broker.BrokerError) as twice:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from sqlalchemy import Engine, event, text
 from sqlalchemy.engine import Connection
@@ -107,11 +108,18 @@ class Backend:
         # nothing).
         @event.listens_for(engine, "commit")
         def _on_commit(conn: Any) -> None:
-            _end_then_give_back(conn.connection.dbapi_connection, conn.info, commit=True)
+            _end_on(conn, commit=True)
 
         @event.listens_for(engine, "rollback")
         def _on_rollback(conn: Any) -> None:
-            _end_then_give_back(conn.connection.dbapi_connection, conn.info, commit=False)
+            _end_on(conn, commit=False)
+
+        def _end_on(conn: Any, *, commit: bool) -> None:
+            # Invalidated (an interrupt, Ctrl-C, inside a driver call): no transaction to end,
+            # and the lock went back with the connection (``_on_invalidate``). Reading it
+            # would raise over the interrupt.
+            if not conn.invalidated:
+                _end_then_give_back(conn.connection.dbapi_connection, conn.info, commit=commit)
 
         @event.listens_for(engine.pool, "reset")
         def _on_reset(dbapi: Any, record: Any, _state: Any) -> None:
@@ -238,8 +246,12 @@ class Backend:
         return int(conn.connection.dbapi_connection.execute("PRAGMA data_version").fetchone()[0])  # type: ignore[union-attr]
 
     def database_key(self, engine: Engine) -> str:
-        """One key per database, shared by every engine of this process that opens it."""
-        return _resolved(engine.url.database or "")
+        """One key per database, shared by every engine of this process that opens it:
+        the file's path, a ``file:`` URI's too (its lock file lies beside the file)."""
+        database = engine.url.database or ""
+        if engine.url.query.get("uri") and database.startswith("file:"):
+            database = unquote(urlsplit(database).path)
+        return _resolved(database)
 
     def let_go(self, engine: Engine) -> None:
         """``engine``'s connections are closed: let go of what else this process keeps open

@@ -23,6 +23,9 @@ _SQLITE_NUMBERS = {
     13: (1105, "Could not allocate space in the database: the disk is full."),  # SQLITE_FULL
     26: (5120, "The file is not a database."),  # SQLITE_NOTADB
 }
+# The server did not answer in time (Windows sockets' "did not properly respond after a
+# period of time", as SQL Server's clients report it).
+CONNECT_TIMED_OUT = 10060
 # PostgreSQL's SQLSTATE classes and codes (psycopg errors carry ``sqlstate``).
 _POSTGRES_NUMBERS = {
     "40P01": (1205, "The transaction was deadlocked on lock resources with another process and has been "
@@ -49,9 +52,24 @@ def as_broker_error(exc: BaseException) -> BrokerError:
         number, text = _SQLITE_NUMBERS[code & 0xFF]
         return BrokerError(number, f"{text} ({detail})")
     state = getattr(driver, "sqlstate", None)
+    if state is None and type(driver).__name__ == "ConnectionTimeout":  # psycopg's connect_timeout ran out
+        return BrokerError(CONNECT_TIMED_OUT, f"The database server did not answer within the connect timeout. "
+                                              f"({detail})")
+    if getattr(exc, "connection_invalidated", False) or (state is None and _psycopg_connection_failure(driver)):
+        number, text = _POSTGRES_NUMBERS["08"]  # the connection broke: the server sent no SQLSTATE
+        return BrokerError(number, f"{text} ({detail})")
     if isinstance(state, str):
         for prefix in (state, state[:3], state[:2]):
             if prefix in _POSTGRES_NUMBERS:
                 number, text = _POSTGRES_NUMBERS[prefix]
                 return BrokerError(number, f"{text} ({detail})")
     return BrokerError(DATABASE_FAILURE, reason=detail)
+
+
+def _psycopg_connection_failure(driver: BaseException) -> bool:
+    """psycopg's OperationalError (or a kind of it) without a SQLSTATE on a connection
+    that was open: it broke (the server closed it, the network dropped it). Connecting
+    that fails ("connection failed: ...": refused, no such database or role) is not a
+    lost connection, and keeps the driver's words under 59020."""
+    return any(kind.__module__.startswith("psycopg") and kind.__name__ == "OperationalError"
+               for kind in type(driver).__mro__) and not str(driver).startswith("connection failed")

@@ -16,6 +16,7 @@ a file drops every POSIX lock this process holds on it, SQLite's included.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sqlite3
@@ -37,7 +38,15 @@ INSTALL = {"psycopg": "pip install 'servicebroker[postgres]'"}
 SUPPORTED = "SQLite (sqlite:///FILE) or PostgreSQL (postgresql+psycopg://USER@HOST/DATABASE)"
 # SQLite's result codes for a file it cannot use, and what to say about them
 _UNUSABLE = {sqlite3.SQLITE_NOTADB: "It is not a SQLite database.", sqlite3.SQLITE_CANTOPEN: "SQLite cannot open it."}
-_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
+_PASSWORD = re.compile(r"(://[^:/@]*:)[^/?#]*@")  # to the last @ before the host: a password may hold @
+# SQLite's query parameters the broker takes: the busy timeout, and file: URIs (whose own
+# parameters, mode=ro ..., SQLite reads). Others the driver would ignore, or would change
+# the transaction discipline (isolation_level).
+_SQLITE_PARAMETERS = {"timeout", "uri"}
+LONGEST_BUSY_TIMEOUT_S = 2_147_483.647  # PRAGMA busy_timeout takes milliseconds in 32 bits
+# PostgreSQL: how long connecting may take unless the URL says (connect_timeout=): a
+# server that accepts and never answers would hang every command for good.
+POSTGRES_CONNECT_TIMEOUT_S = 15  # as SQL Server clients (ADO.NET, ODBC) default to
 
 
 def create_broker_engine(url: str, **kwargs: Any) -> Engine:
@@ -46,9 +55,15 @@ def create_broker_engine(url: str, **kwargs: Any) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         check_sqlite_file(url, parsed)
     else:
+        if not parsed.database:
+            raise _bad_url(url, "it names no database (postgresql+psycopg://USER@HOST/DATABASE); the server's "
+                                "default one is not taken for it")
         # Text travels as UTF-8 whatever the URL or the server's default says: another
         # client encoding fails on names it cannot carry, outside any numbered error.
-        kwargs["connect_args"] = {**kwargs.get("connect_args", {}), "client_encoding": "utf8"}
+        kwargs["connect_args"] = {"connect_timeout": POSTGRES_CONNECT_TIMEOUT_S, **kwargs.get("connect_args", {}),
+                                  "client_encoding": "utf8"}
+        if "connect_timeout" in parsed.query:
+            del kwargs["connect_args"]["connect_timeout"]
     try:
         engine = create_engine(parsed, **kwargs)
     except ImportError as exc:  # the dialect imports its driver here
@@ -95,7 +110,10 @@ def check_sqlite_file(url: str, parsed: URL) -> None:
     database = parsed.database or ""
     if database in ("", ":memory:") or database.startswith("file::memory:") or parsed.query.get("mode") == "memory":
         raise _bad_url(url, "the broker needs a SQLite file (several connections share its locks)")
+    _check_sqlite_parameters(url, parsed)
     if parsed.query.get("uri"):
+        if not database.startswith("file:"):
+            raise _bad_url(url, "with uri=true the database is a file: URI (sqlite:///file:PATH?mode=ro&uri=true)")
         return  # a file: URI names its file in SQLite's own syntax: SQLite checks it
     try:
         reason = _why_sqlite_cannot_open(Path(database))
@@ -103,6 +121,24 @@ def check_sqlite_file(url: str, parsed: URL) -> None:
         reason = exc.strerror or str(exc)
     if reason is not None:
         raise InvalidArgumentError(5120, path=database, reason=reason)
+
+
+def _check_sqlite_parameters(url: str, parsed: URL) -> None:
+    """59011 for a query parameter the broker does not take (the driver would ignore it,
+    with a warning) and for a busy timeout that is not seconds from 0 to 2147483.647."""
+    unknown = sorted(set(parsed.query) - _SQLITE_PARAMETERS) if not parsed.query.get("uri") else []
+    if unknown:
+        raise _bad_url(url, f"the broker takes no {', '.join(unknown)} parameter for SQLite (it takes timeout=SECONDS, "
+                            "and SQLite's own parameters in a file: URI with uri=true)")
+    timeout = parsed.query.get("timeout")
+    if timeout is None:
+        return
+    try:
+        seconds = float(timeout if isinstance(timeout, str) else timeout[-1])
+    except ValueError:
+        seconds = math.nan
+    if not 0 <= seconds <= LONGEST_BUSY_TIMEOUT_S:  # NaN too
+        raise _bad_url(url, f"timeout={timeout} is not seconds from 0 to {LONGEST_BUSY_TIMEOUT_S}")
 
 
 def _why_sqlite_cannot_open(path: Path) -> str | None:

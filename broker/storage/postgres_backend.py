@@ -335,9 +335,9 @@ class PostgresBackend(Backend):
             nonlocal failing
             try:
                 self.start_listening(engine, notifier)
-            except Exception:  # noqa: BLE001 - whatever the driver raises: polled meanwhile
+            except Exception as exc:  # noqa: BLE001 - whatever the driver raises: polled meanwhile
                 if not failing:  # once per outage
-                    log.warning("cannot open the LISTEN connection; polling until it opens", exc_info=True)
+                    log.warning("cannot open the LISTEN connection (%s); polling until it opens", exc)
                 failing = True
             else:
                 failing = False
@@ -422,10 +422,11 @@ class _Listener:
                         self._notifier.notify_all()
                     else:
                         self._notifier.notify({int(notice.payload)})
-        except Exception:
+        except Exception as exc:
             if not self._stopping.is_set():
                 self._failed = True
-                log.exception("LISTEN connection failed; the next wait opens another")
+                # One line, no traceback: a lost connection is an event, not a bug.
+                log.warning("LISTEN connection failed (%s); the next wait opens another", exc)
                 self._notifier.notify_all()
         finally:
             self._connection.close()

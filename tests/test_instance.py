@@ -34,7 +34,8 @@ def test_databases_are_added_listed_and_removed(inst: broker.Instance, instance_
     detached.dispose()
 
 
-def test_the_instance_catalog_is_no_member_of_itself(inst: broker.Instance, instance_urls: tuple[str, str, str]) -> None:
+def test_the_instance_catalog_is_no_member_of_itself(inst: broker.Instance,
+                                                      instance_urls: tuple[str, str, str]) -> None:
     # Attached, the member shared the catalog's broker id and showed msdb's routes as its own.
     with pytest.raises(broker.BrokerError) as itself:
         inst.add_database("Self", instance_urls[0])

@@ -685,3 +685,11 @@ def test_a_queue_is_named_with_its_schema_as_t_sql_writes_it(db: broker.Broker, 
     with pytest.raises(broker.BrokerError) as info:
         db.create_queue("[]")
     assert info.value.number == 1038
+
+
+@pytest.mark.parametrize("name", ['a"b', "a[b", "a]b", "a\x01b", "a\x7fb"])  # DEL is a control character too
+def test_a_queue_name_a_view_cannot_carry_is_102(db: broker.Broker, name: str) -> None:
+    with pytest.raises(broker.BrokerError) as refused:
+        db.create_queue(name)
+    assert refused.value.number == 102
+    assert db.catalog("sys.service_queues") == []

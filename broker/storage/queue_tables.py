@@ -64,7 +64,7 @@ RANK_SEQUENCED = 2
 RANK_PARTIAL = 3
 
 # Names SQL Server would reject for a queue, or that cannot be quoted safely everywhere.
-_FORBIDDEN = re.compile(r'["\x00-\x1f\[\]]')
+_FORBIDDEN = re.compile(r'["\x00-\x1f\x7f\[\]]')  # quotes, brackets, control characters (DEL too)
 
 
 def internal_table_name(object_id: int) -> str:

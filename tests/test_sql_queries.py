@@ -195,3 +195,21 @@ def test_column_datetimes_compare_with_getutcdate_and_literals(db: broker.Broker
     [[moment]] = result(ok(session, "RECEIVE message_enqueue_time FROM q")).rows
     assert isinstance(moment, datetime) and moment.tzinfo is None
     assert abs((datetime.now(UTC).replace(tzinfo=None) - moment).total_seconds()) < 600
+
+
+# -- correlated subqueries ---------------------------------------------------------------------------
+
+
+def test_a_subquery_reads_the_columns_of_the_row_around_it(db: broker.Broker, session: Session) -> None:
+    # It looked for q.object_id in its own row only: 207.
+    ok(session, "CREATE QUEUE q1; CREATE QUEUE q2; CREATE SERVICE s1 ON QUEUE q1")
+    queues = "FROM sys.service_queues q WHERE q.name LIKE 'q_'"
+    exists = result(ok(session, f"SELECT q.name {queues} AND EXISTS "
+                                "(SELECT 1 FROM sys.services s WHERE s.service_queue_id = q.object_id)"))
+    assert exists.rows == (("q1",),)
+    counted = result(ok(session, "SELECT q.name, (SELECT COUNT(*) FROM sys.services s "
+                                 f"WHERE s.service_queue_id = q.object_id) {queues} ORDER BY q.name"))
+    assert counted.rows == (("q1", 1), ("q2", 0))
+    unqualified = result(ok(session, f"SELECT name {queues} AND NOT EXISTS "
+                                     "(SELECT 1 FROM sys.services s WHERE s.service_queue_id = object_id)"))
+    assert unqualified.rows == (("q2",),)

@@ -96,8 +96,11 @@ class Scope:
 class Evaluator:
     """Evaluates expressions for one session: its scope, its system variables and the row at hand."""
 
-    def __init__(self, session: Session, scope: Scope) -> None:
+    def __init__(self, session: Session, scope: Scope, outer: Mapping[str, Any] | None = None) -> None:
         self.session = session
+        # The row of the query around a subquery: a column the subquery's own row lacks is
+        # read there (a correlated subquery, WHERE s.x = q.object_id).
+        self.outer = outer
         self.scope = scope
 
     def value(self, expr: n.Expr, row: Mapping[str, Any] | None = None) -> Any:
@@ -120,6 +123,8 @@ class Evaluator:
 
     def _column(self, expr: n.Column, row: Mapping[str, Any] | None) -> Any:
         found, value = column_value(row, expr.parts)
+        if not found and self.outer is not None:
+            found, value = column_value(self.outer, expr.parts)
         if not found:
             if expr.parts[-1].upper() == "CURRENT_TIMESTAMP" and len(expr.parts) == 1:
                 return values.now()  # ANSI's spelling of GETDATE(), written without parentheses
@@ -181,11 +186,11 @@ class Evaluator:
         result = None if low is None or high is None else (low and high)
         return None if result is None else result != expr.negated
 
-    def _exists(self, expr: n.Exists, _row: Mapping[str, Any] | None) -> bool:
-        return bool(self.session.query_rows(expr.select, self.scope))
+    def _exists(self, expr: n.Exists, row: Mapping[str, Any] | None) -> bool:
+        return bool(self.session.query_rows(expr.select, self.scope, self._around(row)))
 
-    def _subquery(self, expr: n.Subquery, _row: Mapping[str, Any] | None) -> Any:
-        rows = self.session.query_rows(expr.select, self.scope)
+    def _subquery(self, expr: n.Subquery, row: Mapping[str, Any] | None) -> Any:
+        rows = self.session.query_rows(expr.select, self.scope, self._around(row))
         if len(expr.select.items) > 1 or rows and len(rows[0]) > 1:
             raise SqlError(SUBQUERY_COLUMNS, "Only one expression can be specified in the select list when the "
                                              "subquery is not introduced with EXISTS.")
@@ -194,6 +199,12 @@ class Evaluator:
                                           "subquery follows =, !=, <, <= , >, >= or when the subquery is used "
                                           "as an expression.")
         return next(iter(rows[0].values())) if rows else None
+
+    def _around(self, row: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        """What a subquery of this row sees around it: the row, then the rows around it."""
+        if self.outer is None:
+            return row
+        return self.outer if row is None else {**self.outer, **row}
 
     def _case(self, expr: n.Case, row: Mapping[str, Any] | None) -> Any:
         subject = self.value(expr.subject, row) if expr.subject is not None else None

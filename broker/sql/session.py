@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -181,11 +181,13 @@ class Session(BrokerStatements):
         status: str = self._in_transaction(lambda tx: tx.get_transmission_status(handle))
         return status
 
-    def query_rows(self, select: n.Select, scope: Scope) -> list[dict[str, Any]]:
-        """The rows of a SELECT used as a subquery or in EXISTS."""
+    def query_rows(self, select: n.Select, scope: Scope,
+                   outer: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        """The rows of a SELECT used as a subquery or in EXISTS; ``outer``, the row of the
+        query around it, for the columns it reads from there."""
         from broker.sql.queries import run_select
-        _columns, rows = self._in_transaction(lambda tx: run_select(tx, self.db, select, Evaluator(self, scope)),
-                                              reading=True)
+        _columns, rows = self._in_transaction(
+            lambda tx: run_select(tx, self.db, select, Evaluator(self, scope, outer)), reading=True)
         return list(rows)
 
     # -- transactions ---------------------------------------------------------------------

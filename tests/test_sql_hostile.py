@@ -378,6 +378,10 @@ def test_regular_identifiers_are_unicode(db: broker.Broker, session: Session) ->
     ("CAST('ab' AS CHAR(4)) + '|'", "ab  |"),
     ("CONVERT(VARCHAR(30), 1 + CAST('2020-01-02' AS DATETIME), 121)", "2020-01-03 00:00:00.000"),
     ("CONVERT(VARCHAR(30), CAST('2020-01-02 10:00' AS DATE), 121)", "2020-01-02 00:00:00.000"),
+    ("CONVERT(VARCHAR(30), CAST('2020-01-02T03:04:05.1234567' AS DATETIME2), 121)", "2020-01-02 03:04:05.123"),
+    ("CONVERT(VARCHAR(30), CAST('2020-01-02T03:04:05Z' AS DATETIME2), 121)", "2020-01-02 03:04:05.000"),
+    ("CONVERT(VARCHAR(30), CAST('20200102 03:04' AS DATETIME), 121)", "2020-01-02 03:04:00.000"),
+    ("CONVERT(VARCHAR(30), CAST('Jan  2 2020 10:00AM' AS DATETIME), 121)", "2020-01-02 10:00:00.000"),
     ("DATALENGTH(CAST(1 AS BIGINT))", "8"),
     ("DATALENGTH(GETDATE())", "8"),
     ("REPLACE('ABC', 'b', 'x')", "AxC"),
@@ -402,6 +406,7 @@ def test_values_follow_sql_server(session: Session, expression: str, expected: s
     ("SELECT 1" + "1" * 4400, 1007),  # Python's int() refused it with a raw error
     ("SELECT 1e400", 1007),
     ("SELECT CAST(1 AS XYZ)", 243),
+    ("SELECT CAST('0001-01-01' AS DATETIME)", 242),  # DATETIME begins in 1753
     ("SELECT TRY_CAST(1 AS XYZ)", 243),
     ("SELECT CAST('inf' AS FLOAT)", 245),
     ("SELECT CAST('1_000' AS INT)", 245),

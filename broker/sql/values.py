@@ -399,21 +399,52 @@ def _moment(value: Any, name: str) -> datetime:
     if isinstance(value, date):
         return datetime(value.year, value.month, value.day)
     if isinstance(value, str):
-        text = value.strip().replace("T", " ")
-        # ISO forms, then us_english's month/day/year (SET DATEFORMAT mdy, SQL Server's default).
-        for pattern in ("%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d", "%Y%m%d",
-                        "%m/%d/%Y %H:%M:%S", "%m/%d/%Y %H:%M", "%m/%d/%Y", "%H:%M:%S.%f", "%H:%M:%S", "%H:%M"):
-            try:
-                parsed = datetime.strptime(text, pattern)
-            except ValueError:
-                continue
-            return parsed if pattern[0] != "%H" else datetime(1900, 1, 1, parsed.hour, parsed.minute, parsed.second)
+        parsed = _parsed_moment(value)
+        if parsed is not None:
+            low, high = _DATETIME_RANGES.get(name, (datetime.min, datetime.max))
+            if not low <= parsed <= high:
+                raise SqlError(OUT_OF_RANGE_DATE, "The conversion of a nvarchar data type to a "
+                                                  f"{name.lower()} data type resulted in an out-of-range value.")
+            return parsed
     if isinstance(value, (int, float, Decimal)):
         try:
             return datetime(1900, 1, 1) + timedelta(days=float(value))
         except (OverflowError, ValueError):  # beyond year 9999
             raise _overflow(name) from None
     raise SqlError(DATE_FAILED, "Conversion failed when converting date and/or time from character string.")
+
+
+OUT_OF_RANGE_DATE = 242
+_DATETIME_RANGES = {"DATETIME": (datetime(1753, 1, 1), datetime.max),
+                    "SMALLDATETIME": (datetime(1900, 1, 1), datetime(2079, 6, 6, 23, 59, 59))}
+# Dates and times as SQL Server reads them from text (us_english, DATEFORMAT mdy): ISO
+# forms and the unseparated yyyymmdd with a time or not, month/day/year, the default
+# style "Jan 2 2020 10:00AM", and a time of day alone (on 1900-01-01).
+_MOMENT_PATTERNS = (
+    "%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d",
+    "%Y%m%d %H:%M:%S.%f", "%Y%m%d %H:%M:%S", "%Y%m%d %H:%M", "%Y%m%d",
+    "%m/%d/%Y %H:%M:%S.%f", "%m/%d/%Y %H:%M:%S", "%m/%d/%Y %H:%M", "%m/%d/%Y",
+    "%b %d %Y %I:%M%p", "%b %d %Y %I:%M:%S%p", "%b %d %Y %H:%M:%S", "%b %d %Y", "%d %b %Y", "%B %d %Y", "%d %B %Y",
+    "%H:%M:%S.%f", "%H:%M:%S", "%H:%M")
+# What ISO 8601 may end with that these patterns do not read: a zone (Z, +02:00), which
+# converting to a type without one drops, as SQL Server's does; a seventh fraction digit.
+_ZONE = re.compile(r"(?:Z|[+-]\d{2}:?\d{2})$", re.IGNORECASE)
+_FRACTION = re.compile(r"(\.\d{6})\d+")
+
+
+def _parsed_moment(value: str) -> datetime | None:
+    text = " ".join(value.strip().replace("T", " ").split())
+    if re.search(r"\d", text[:1] or "") and ":" in text:
+        text = _ZONE.sub("", text).strip()
+    text = _FRACTION.sub(r"\1", text)
+    for pattern in _MOMENT_PATTERNS:
+        try:
+            parsed = datetime.strptime(text, pattern)
+        except ValueError:
+            continue
+        return parsed if pattern[0] != "%H" else datetime(1900, 1, 1, parsed.hour, parsed.minute, parsed.second,
+                                                          parsed.microsecond)
+    return None
 
 
 _TIME_OF_DAY = re.compile(r"\s*(\d{1,2}):(\d{1,2})(?::(\d{1,2})(?:[.:](\d{1,3}))?)?\s*")

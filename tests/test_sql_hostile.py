@@ -417,6 +417,8 @@ def test_values_follow_sql_server(session: Session, expression: str, expected: s
     ("SELECT SUBSTRING('abc', 1, -1)", 537),
     ("SELECT (SELECT name, service_id FROM sys.services)", 116),
     ("SELECT 'abc' LIKE", 102),
+    ("SELECT1", 102),  # a keyword is a whole word: this ran as SELECT 1
+    ("ENDCONVERSATION '00000000-0000-0000-0000-000000000000'", 102),
 ])
 def test_values_sql_server_refuses_are_numbered(session: Session, script: str, number: int) -> None:
     assert failure(session, script).number == number

@@ -8,6 +8,7 @@ batch is compiled whole before it runs.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import math
 import re
@@ -64,18 +65,40 @@ HINTS_WITHOUT_WITH = frozenset({
 })
 
 
+# The batch being lexed, for the keyword check below (parsing runs in the caller's thread).
+_lexing: contextvars.ContextVar[str] = contextvars.ContextVar("lexing", default="")
+_KEYWORD_TERMINAL = re.compile(r'^([A-Z_]+): "[A-Za-z_]+"i$', re.MULTILINE)
+_IDENTIFIER_CHARACTER = re.compile(r"[\w#@$]")
+
+
 @functools.cache
 def _parser() -> Lark:
     grammar = resources.files("broker.sql").joinpath("tsql.lark").read_text(encoding="utf-8")
+    keywords = dict.fromkeys(_KEYWORD_TERMINAL.findall(grammar), _whole_keyword)
     return Lark(grammar, start="batch", parser="lalr", lexer="contextual", propagate_positions=True,
-                maybe_placeholders=True, cache=False)
+                maybe_placeholders=True, cache=False, lexer_callbacks=keywords)
+
+
+def _whole_keyword(token: Token) -> Token:
+    """A keyword is a whole word: where no name may stand, the lexer took the start of
+    one for it (``SELECT1`` ran as SELECT 1, ``ENDCONVERSATION`` as END CONVERSATION)."""
+    text, end = _lexing.get(), token.end_pos
+    if end is not None and end < len(text) and _IDENTIFIER_CHARACTER.match(text, end):
+        word = _IDENTIFIER_CHARACTER.pattern
+        near = re.match(rf"{word}*", text[token.start_pos or 0:]).group(0)  # type: ignore[union-attr]
+        raise SqlError(INCORRECT_SYNTAX, f"Incorrect syntax near '{near[:64]}'.", line=token.line or 1)
+    return token
 
 
 def parse_batch(text: str, first_line: int = 1) -> list[n.Statement]:
     """The statements of one batch; ``first_line`` is the batch's first line in its script."""
     lexed = _without_comments(text, first_line)
+    _lexing.set(lexed)
     try:
         tree = _parser().parse(lexed)
+    except SqlError as error:  # a keyword run into a name (``_whole_keyword``): its line in the batch
+        error.line += first_line - 1
+        raise
     except UnexpectedInput as exc:
         raise _syntax_error(exc, lexed, first_line - 1) from None
     except RecursionError:

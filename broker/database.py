@@ -62,6 +62,9 @@ def connect(url: str = "sqlite:///broker.db", *, upgrade: bool = True, **engine_
         except DBAPIError as exc:  # the server cannot be reached, the login or the database is refused
             engine.dispose()
             raise as_broker_error(exc) from exc
+        except BaseException:  # refused as it is (948, 211): no connection of this engine stays open
+            engine.dispose()
+            raise
     return Broker(engine)
 
 

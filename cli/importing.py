@@ -6,6 +6,7 @@ names one) outside the transaction, then sent inside it, ``--batch`` lines at a 
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import json
 import os
@@ -90,6 +91,12 @@ class Importer:
         """The SEND of one line (None for a blank line); checks the line's conversation."""
         if not raw.strip():
             return None
+        if len(raw) > MAX_LINE_BYTES:
+            raise broker.BrokerError(
+                8459,
+                f"{self.file_name} line {number} is longer than {MAX_LINE_BYTES:,} bytes, more than the largest "
+                f"message ({arguments.MAX_BODY_BYTES:,} bytes) is exported as ({self._before()})",
+            )
         try:
             line = json.loads(raw)
         except (ValueError, RecursionError) as exc:  # also UnicodeDecodeError; too deeply nested
@@ -185,11 +192,26 @@ class Importer:
         return f"{plural(self.imported, 'message')} imported before its batch"
 
 
+# The longest line ``broker export`` writes: json.dumps (ASCII only) writes a body byte as at
+# most 6 bytes ("\\u0001" for a control character) and the other columns fit in the margin. A
+# longer line holds no message the broker takes (8459), so reading stops there, not at the
+# end of the memory.
+MAX_LINE_BYTES = 6 * arguments.MAX_BODY_BYTES + (1 << 20)
+_LINE_CHUNK = 1 << 20  # bytes read at a time within a line
+_JSON_SPACE = b" \t\r\n"
+_OBJECT_STARTS = (b"{", codecs.BOM_UTF8)  # what a line holding a JSON object begins with
+
+
 def chunks(file: IO[bytes], batch: int) -> Iterator[list[tuple[int, bytes]]]:
-    """Numbered lines in groups holding ``batch`` non-blank lines (blank lines ride along)."""
+    """Numbered lines in groups holding ``batch`` non-blank lines (blank lines ride along).
+
+    A line that cannot hold a message (no JSON object by its first megabyte, or longer than
+    :data:`MAX_LINE_BYTES`) is the last one, cut short: :meth:`Importer.prepared` refuses it,
+    and an endless stream such as ``/dev/zero`` is never read to its end.
+    """
     chunk: list[tuple[int, bytes]] = []
     filled = 0
-    for number, raw in enumerate(file, start=1):
+    for number, raw in enumerate(_lines(file), start=1):
         chunk.append((number, raw))
         filled += bool(raw.strip())
         if filled == batch:
@@ -197,6 +219,33 @@ def chunks(file: IO[bytes], batch: int) -> Iterator[list[tuple[int, bytes]]]:
             chunk, filled = [], 0
     if chunk:
         yield chunk
+
+
+def _lines(file: IO[bytes]) -> Iterator[bytes]:
+    """The lines of ``file`` with their newlines, up to one cut short (see :func:`chunks`)."""
+    while True:
+        line, cut = _line(file)
+        if line:
+            yield line
+        if cut or not line:
+            return
+
+
+def _line(file: IO[bytes]) -> tuple[bytes, bool]:
+    """The next line of ``file`` (empty at its end), read a megabyte at a time, and whether
+    it was cut short: after its first megabyte when that begins no JSON object, or at
+    :data:`MAX_LINE_BYTES` + 1 bytes."""
+    parts = [file.readline(_LINE_CHUNK)]
+    size = len(parts[0])
+    start = parts[0].lstrip(_JSON_SPACE)
+    if start and not start.endswith(b"\n") and not start.startswith(_OBJECT_STARTS):
+        return parts[0], True
+    while parts[-1] and not parts[-1].endswith(b"\n"):
+        if size > MAX_LINE_BYTES:
+            return b"".join(parts), True
+        parts.append(file.readline(min(_LINE_CHUNK, MAX_LINE_BYTES + 1 - size)))
+        size += len(parts[-1])
+    return b"".join(parts), False
 
 
 def file_size(file: IO[bytes]) -> int | None:

@@ -1,7 +1,8 @@
 """Schema commands over ``broker.storage.schema`` (Alembic): init, upgrade, downgrade, current, history.
 
 ``broker.storage.schema`` (and through it SQLAlchemy and Alembic) loads when one of them runs.
-Alembic's refusals (an unknown revision, ...) print one line and exit 1.
+Alembic's refusals (an unknown revision, a relative one past head or base, ...) print one
+line and exit 1; a database of a later release is error 948, a damaged version table 211.
 """
 
 from __future__ import annotations
@@ -50,16 +51,18 @@ def upgrade(state: CliState, revision: str) -> None:
     _migrate(state, schema.upgrade, revision)
 
 
-@click.command()
+# A step down ("-1") is a REVISION, not an unknown option.
+@click.command(context_settings={"ignore_unknown_options": True})
 @click.argument("revision", type=REVISION)
 @pass_state
 def downgrade(state: CliState, revision: str) -> None:
-    """Downgrade the catalog to REVISION.
+    """Downgrade the catalog to REVISION: an id, base, or a step down such as -1.
 
     "base" removes every broker table, queues included.
 
     \b
     Example:
+      broker downgrade -1
       broker downgrade base
     """
     from broker.storage import schema

@@ -12,6 +12,7 @@ the revision files.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -69,29 +70,32 @@ def stored_revisions(conn: Connection) -> tuple[str, ...]:
 
 def current_revision(engine: Engine) -> str | None:
     """The database's catalog revision; None before the first migration (read on a
-    snapshot: it never waits for a writer)."""
-    with backend_for(engine).snapshot_connection(engine) as conn:
-        stored = stored_revisions(conn)
-        if len(stored) <= 1:
-            return stored[0] if stored else None
-        from alembic.runtime.migration import MigrationContext
-
-        return MigrationContext.configure(conn).get_current_revision()  # raises: several heads
+    snapshot: it never waits for a writer). A version table holding several revisions is 211."""
+    stored = _snapshot_revisions(engine)
+    _refuse_several(stored)
+    return stored[0] if stored else None
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
     """Upgrade the catalog to ``revision`` in one transaction, one process at a time (the
-    write lock on SQLite, an advisory lock on PostgreSQL: see alembic/env.py)."""
+    write lock on SQLite, an advisory lock on PostgreSQL: see alembic/env.py).
+
+    A database of a later release is 948, a damaged version table 211; a relative
+    revision that walks past head or base is Alembic's CommandError, as an unknown one is.
+    """
     from alembic import command
 
+    _check_step(engine, revision, lowest=1)
     with engine.connect() as conn:
         command.upgrade(alembic_config(conn), revision)
         conn.commit()
 
 
 def downgrade(engine: Engine, revision: str) -> None:
+    """Downgrade the catalog to ``revision`` in one transaction; refuses as :func:`upgrade` does."""
     from alembic import command
 
+    _check_step(engine, revision, lowest=0)
     with engine.connect() as conn:
         command.downgrade(alembic_config(conn), revision)
         conn.commit()
@@ -111,15 +115,77 @@ def history() -> list[tuple[str, str | None, str]]:
 
 def ensure_current(engine: Engine) -> None:
     """Upgrade the database to head unless it is there already (checked without Alembic,
-    on a snapshot: opening a database at head never waits for a writer)."""
-    with backend_for(engine).snapshot_connection(engine) as conn:
-        stored = stored_revisions(conn)
-    if stored == (HEAD_REVISION,):
+    on a snapshot: opening a database at head never waits for a writer). A database of a
+    later release is 948 and a damaged version table 211, as in :func:`upgrade`."""
+    if _snapshot_revisions(engine) == (HEAD_REVISION,):
         return
-    known = {revision for revision, _down, _doc in history()}
-    newer = [revision for revision in stored if revision not in known]
+    upgrade(engine)
+
+
+# Alembic's own pattern of a relative revision ([branch@][symbol]+N or -N; alembic.script.revision).
+_RELATIVE = re.compile(r"(?:(.+?)@)?(\w+)?((?:\+|-)\d+)")
+
+
+def _snapshot_revisions(engine: Engine) -> tuple[str, ...]:
+    """The stored revisions, read on a snapshot (never waits for a writer)."""
+    with backend_for(engine).snapshot_connection(engine) as conn:
+        return stored_revisions(conn)
+
+
+def _check_step(engine: Engine, revision: str, lowest: int) -> None:
+    """Refuse what Alembic would fail on without a fitting message (an unknown stored
+    revision, several of them) or would assert on (a relative walk past head or base;
+    ``lowest`` is the least position a step may reach, base being 0)."""
+    stored = _snapshot_revisions(engine)
+    order = [None, *(rev for rev, _down, _doc in history())]  # base first, then oldest to head
+    newer = [rev for rev in stored if rev not in order]
     if newer:  # a later release upgraded it: this one cannot read it, nor downgrade it
         raise BrokerError(948, f"The database cannot be opened because it is version {', '.join(newer)}. "
                                f"This release supports version {HEAD_REVISION} and earlier. A downgrade path "
                                f"is not supported (use the release that upgraded it: broker downgrade).")
-    upgrade(engine)
+    _refuse_several(stored)
+    _refuse_overwalk(order, stored[0] if stored else None, revision, lowest)
+
+
+def _refuse_several(stored: tuple[str, ...]) -> None:
+    """211 for a version table with more than one row: the catalog is linear, so two rows
+    mean it was written by hand or half-restored, and no step from it is safe."""
+    if len(stored) > 1:
+        raise BrokerError(211, f"Possible schema corruption: the database's version table "
+                               f"({VERSION_TABLE}) holds several revisions ({', '.join(stored)}); "
+                               f"it must hold one.")
+
+
+def _refuse_overwalk(order: list[str | None], current: str | None, revision: str, lowest: int) -> None:
+    """Alembic's CommandError for a relative revision (``+1``, ``head-2``, ``0001+3``) that
+    walks past head or below ``lowest`` (base is no upgrade target): Alembic asserts there."""
+    from alembic.util.exc import CommandError
+
+    match = _RELATIVE.match(revision)
+    if match is None:
+        return
+    _branch, symbol, step = match.groups()
+    start = _position(order, current if symbol is None else symbol)
+    if start is None:  # an unknown symbol: Alembic says so itself
+        return
+    target, top, name = start + int(step), len(order) - 1, order[start] or "base"
+    if target > top:
+        raise CommandError(f"Relative revision {revision!r} walks past head ({order[top]}): "
+                           f"{name} is {top - start} step(s) below it")
+    if target < 0:
+        raise CommandError(f"Relative revision {revision!r} walks past base: {name} is {start} step(s) above it")
+    if target < lowest:
+        raise CommandError(f"Relative revision {revision!r} leads to base, which is no revision to upgrade to")
+
+
+def _position(order: list[str | None], symbol: str | None) -> int | None:
+    """Where ``symbol`` sits in ``order`` (None and base first, head(s) last; a revision by its
+    id or, as Alembic takes it, by a unique start of it); None when it names no single one."""
+    if symbol is None or symbol == "base":
+        return 0
+    if symbol in ("head", "heads"):
+        return len(order) - 1
+    if symbol in order:
+        return order.index(symbol)
+    starting = [index for index, rev in enumerate(order) if rev is not None and rev.startswith(symbol)]
+    return starting[0] if len(starting) == 1 else None

@@ -22,7 +22,7 @@ import click
 from cli.state import CliState
 
 # What SQLite (WAL, rollback journal) and the broker's write lock keep beside a database file.
-COMPANIONS = ("", "-wal", "-shm", "-journal", "-lock")
+COMPANIONS = ("", "-wal", "-shm", "-journal", "-lock", "-runtimes")
 
 
 def sqlite_path(url: str) -> Path | None:

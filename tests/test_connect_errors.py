@@ -106,3 +106,9 @@ def test_a_connection_broken_without_a_sqlstate_is_10054() -> None:
 
     from broker.storage.driver_errors import as_broker_error
     assert as_broker_error(psycopg.OperationalError("server closed the connection unexpectedly")).number == 10054
+
+
+@pytest.mark.parametrize("query", ["check_same_thread=false", "cached_statements=10", "uri=false"])
+def test_sqlite_parameters_that_change_nothing_the_broker_needs_are_taken(tmp_path: Path, query: str) -> None:
+    broker.connect(f"sqlite:///{tmp_path / 'x.db'}?{query}").dispose()
+    assert (tmp_path / "x.db").exists()

@@ -382,7 +382,9 @@ def test_regular_identifiers_are_unicode(db: broker.Broker, session: Session) ->
     ("CONVERT(VARCHAR(30), CAST('2020-01-02T03:04:05Z' AS DATETIME2), 121)", "2020-01-02 03:04:05.000"),
     ("CONVERT(VARCHAR(30), CAST('20200102 03:04' AS DATETIME), 121)", "2020-01-02 03:04:00.000"),
     ("CONVERT(VARCHAR(30), CAST('Jan  2 2020 10:00AM' AS DATETIME), 121)", "2020-01-02 10:00:00.000"),
+    ("CONVERT(VARCHAR(30), CAST('OCT 2 2020' AS DATETIME), 121)", "2020-10-02 00:00:00.000"),
     ("DATALENGTH(CAST(1 AS BIGINT))", "8"),
+    ("ABS(CAST(-2000000000 AS BIGINT)) * 2", "4000000000"),  # ABS keeps BIGINT
     ("DATALENGTH(GETDATE())", "8"),
     ("REPLACE('ABC', 'b', 'x')", "AxC"),
     ("REPLACE('abc', '', 'x')", "abc"),
@@ -418,6 +420,8 @@ def test_values_follow_sql_server(session: Session, expression: str, expected: s
     ("SELECT (SELECT name, service_id FROM sys.services)", 116),
     ("SELECT 'abc' LIKE", 102),
     ("SELECT1", 102),  # a keyword is a whole word: this ran as SELECT 1
+    ("DECLARE @i INT = -2147483648; SELECT ABS(@i)", 8115),
+    ("SELECT CAST('10:00' AS TIME)", 243),
     ("ENDCONVERSATION '00000000-0000-0000-0000-000000000000'", 102),
 ])
 def test_values_sql_server_refuses_are_numbered(session: Session, script: str, number: int) -> None:
@@ -436,3 +440,9 @@ def test_times_read_from_the_catalog_compare_with_getdate(queued: broker.Broker,
                           "DECLARE @t DATETIME; SELECT TOP (1) @t = message_enqueue_time FROM q; "
                           "IF @t > '2020-01-01' PRINT 'after'")
     assert printed(outputs) == ["after"]
+
+
+def test_a_keyword_may_touch_a_variable(session: Session) -> None:
+    # The whole-word check took @ for part of a word: SELECT@@ROWCOUNT was 102.
+    outputs = ok(session, "DECLARE@x INT = 5; PRINT@x; SELECT@@ROWCOUNT AS n")
+    assert printed(outputs) == ["5"]

@@ -488,6 +488,11 @@ def _upper(text: Any) -> str:
     return "".join(upper if len(upper := char.upper()) == 1 else char for char in _s(text))
 
 
+def _absolute(number: Any) -> Any:
+    """ABS: of an integer, in its type (ABS of INT's lowest value overflows, 8115)."""
+    return values.integer_result(abs(number), number) if isinstance(number, int) else abs(number)
+
+
 def _character(code: Any, highest: int) -> str | None:
     """CHAR(n) / NCHAR(n): the character of that code, NULL outside the type's codes."""
     number = values.convert(code, n.TypeName("INT"))
@@ -549,7 +554,7 @@ _FUNCTIONS: dict[str, tuple[range | None, Callable[[Session, list[Any]], Any]]] 
     "CHARINDEX": (range(2, 4), _text_or_none(_charindex)),
     "REPLICATE": (_TWO, _text_or_none(_replicate)),
     "CONCAT": (range(2, 255), lambda _s_, args: "".join(_s(arg) for arg in args if arg is not None)),
-    "ABS": (_ONE, _text_or_none(lambda v: abs(_number(v)))),
+    "ABS": (_ONE, _text_or_none(lambda v: _absolute(_number(v)))),
     "NULLIF": (_TWO, lambda _s_, args: None if values.compare("=", args[0], args[1]) else args[0]),
     "DATEADD": (range(3, 4), _text_or_none(dates.dateadd)),
     "DATEDIFF": (range(3, 4), _text_or_none(dates.datediff)),

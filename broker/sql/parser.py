@@ -68,7 +68,8 @@ HINTS_WITHOUT_WITH = frozenset({
 # The batch being lexed, for the keyword check below (parsing runs in the caller's thread).
 _lexing: contextvars.ContextVar[str] = contextvars.ContextVar("lexing", default="")
 _KEYWORD_TERMINAL = re.compile(r'^([A-Z_]+): "[A-Za-z_]+"i$', re.MULTILINE)
-_IDENTIFIER_CHARACTER = re.compile(r"[\w#@$]")
+# What continues a word: not @, which after a keyword starts a variable (SELECT@@ROWCOUNT).
+_IDENTIFIER_CHARACTER = re.compile(r"[\w#$]")
 
 
 @functools.cache
@@ -93,7 +94,7 @@ def _whole_keyword(token: Token) -> Token:
 def parse_batch(text: str, first_line: int = 1) -> list[n.Statement]:
     """The statements of one batch; ``first_line`` is the batch's first line in its script."""
     lexed = _without_comments(text, first_line)
-    _lexing.set(lexed)
+    lexing = _lexing.set(lexed)
     try:
         tree = _parser().parse(lexed)
     except SqlError as error:  # a keyword run into a name (``_whole_keyword``): its line in the batch
@@ -103,6 +104,8 @@ def parse_batch(text: str, first_line: int = 1) -> list[n.Statement]:
         raise _syntax_error(exc, lexed, first_line - 1) from None
     except RecursionError:
         raise _too_deep(first_line) from None
+    finally:
+        _lexing.reset(lexing)
     try:
         statements: list[n.Statement] = _Build(text, first_line - 1).transform(tree)
     except VisitError as exc:

@@ -485,7 +485,7 @@ def _aggregate(call: n.Call, rows: list[Row], evaluator: Evaluator) -> Any:
     if call.distinct:
         found = list({_group_key(value): value for value in found}.values())
     if name in ("COUNT", "COUNT_BIG"):
-        return len(found)
+        return len(found) if name == "COUNT" else values.BigInt(len(found))
     if not found:
         return None
     if name in ("SUM", "AVG"):
@@ -493,10 +493,12 @@ def _aggregate(call: n.Call, rows: list[Row], evaluator: Evaluator) -> Any:
             if not isinstance(value, (int, float, Decimal)):
                 raise SqlError(OPERAND_TYPE_INVALID, f"Operand data type {values.type_of(value)} is invalid for "
                                                      f"{name.lower()} operator.")
-    if name == "SUM":
-        return sum(found)
-    if name == "AVG":  # of integers, an integer truncated toward zero (T-SQL's integer division)
         total = sum(found)
+        if all(isinstance(value, int) for value in found):  # INT's, or BIGINT's when one is (8115 past it)
+            total = values.integer_result(total, *found)
+        if name == "SUM":
+            return total
+        # AVG of integers: an integer truncated toward zero (T-SQL's integer division).
         return arithmetic("/", total, len(found)) if isinstance(total, int) else total / len(found)
     ordered = sorted(found, key=functools.cmp_to_key(_compare))
     return ordered[0] if name == "MIN" else ordered[-1]

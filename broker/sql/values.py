@@ -55,6 +55,8 @@ BINARY = {"VARBINARY", "BINARY", "IMAGE"}
 DATETIME = {"DATETIME", "DATETIME2", "SMALLDATETIME", "DATETIMEOFFSET", "DATE"}
 EXACT = {"DECIMAL", "NUMERIC", "MONEY", "SMALLMONEY"}
 APPROXIMATE = {"FLOAT", "REAL"}
+# SQL Server's types that scripts here cannot use (a CAST to one is 243, said so).
+_NOT_HERE = {"TIME", "HIERARCHYID", "GEOGRAPHY", "GEOMETRY", "ROWVERSION", "TIMESTAMP", "CURSOR"}
 # MONEY and SMALLMONEY: their precision and scale, and their largest magnitude.
 _EXACT_SHAPES = {"MONEY": (19, 4), "SMALLMONEY": (10, 4)}
 _MONEY_LIMITS = {"MONEY": Decimal("922337203685477.5807"), "SMALLMONEY": Decimal("214748.3647")}
@@ -97,6 +99,9 @@ def check_type(type_name: TypeName, line: int) -> None:
 
 def check_cast_type(type_name: TypeName) -> None:
     """The type of a CAST or CONVERT: one SQL Server knows (243), with a size it takes."""
+    if type_name.name in _NOT_HERE:
+        raise SqlError(UNDEFINED_TYPE, f"Type {type_name.name} is one of SQL Server's this T-SQL does not have "
+                                       "(docs/sql.md lists those it has).")
     if type_name.name not in KNOWN:
         raise SqlError(UNDEFINED_TYPE, f"Type {type_name.name} is not a defined system type.")
     check_size(type_name)
@@ -433,7 +438,7 @@ _FRACTION = re.compile(r"(\.\d{6})\d+")
 
 
 def _parsed_moment(value: str) -> datetime | None:
-    text = " ".join(value.strip().replace("T", " ").split())
+    text = " ".join(re.sub(r"(?<=\d)T(?=\d)", " ", value.strip()).split())  # ISO's T, not OCT's
     if re.search(r"\d", text[:1] or "") and ":" in text:
         text = _ZONE.sub("", text).strip()
     text = _FRACTION.sub(r"\1", text)

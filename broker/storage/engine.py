@@ -26,6 +26,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, ExceptionContext, make_url
 from sqlalchemy.exc import ArgumentError
+from sqlalchemy.util import asbool
 
 from broker.errors import BAD_URL, DRIVER_MISSING, ArgumentTypeError, BrokerError, InvalidArgumentError
 from broker.storage import pending
@@ -42,7 +43,7 @@ _PASSWORD = re.compile(r"(://[^:/@]*:)[^/?#]*@")  # to the last @ before the hos
 # SQLite's query parameters the broker takes: the busy timeout, and file: URIs (whose own
 # parameters, mode=ro ..., SQLite reads). Others the driver would ignore, or would change
 # the transaction discipline (isolation_level).
-_SQLITE_PARAMETERS = {"timeout", "uri"}
+_SQLITE_PARAMETERS = {"timeout", "uri", "check_same_thread", "cached_statements"}
 LONGEST_BUSY_TIMEOUT_S = 2_147_483.647  # PRAGMA busy_timeout takes milliseconds in 32 bits
 # PostgreSQL: how long connecting may take unless the URL says (connect_timeout=): a
 # server that accepts and never answers would hang every command for good.
@@ -55,7 +56,7 @@ def create_broker_engine(url: str, **kwargs: Any) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         check_sqlite_file(url, parsed)
     else:
-        if not parsed.database:
+        if not parsed.database and not {"dbname", "service"} & set(parsed.query) and not os.environ.get("PGDATABASE"):
             raise _bad_url(url, "it names no database (postgresql+psycopg://USER@HOST/DATABASE); the server's "
                                 "default one is not taken for it")
         # Text travels as UTF-8 whatever the URL or the server's default says: another
@@ -111,7 +112,7 @@ def check_sqlite_file(url: str, parsed: URL) -> None:
     if database in ("", ":memory:") or database.startswith("file::memory:") or parsed.query.get("mode") == "memory":
         raise _bad_url(url, "the broker needs a SQLite file (several connections share its locks)")
     _check_sqlite_parameters(url, parsed)
-    if parsed.query.get("uri"):
+    if _file_uri(parsed):
         if not database.startswith("file:"):
             raise _bad_url(url, "with uri=true the database is a file: URI (sqlite:///file:PATH?mode=ro&uri=true)")
         return  # a file: URI names its file in SQLite's own syntax: SQLite checks it
@@ -123,10 +124,16 @@ def check_sqlite_file(url: str, parsed: URL) -> None:
         raise InvalidArgumentError(5120, path=database, reason=reason)
 
 
+def _file_uri(parsed: URL) -> bool:
+    """Whether the URL says uri=true (read as SQLAlchemy reads it: ``uri=false`` is no)."""
+    uri = parsed.query.get("uri")
+    return uri is not None and asbool(uri if isinstance(uri, str) else uri[-1])
+
+
 def _check_sqlite_parameters(url: str, parsed: URL) -> None:
     """59011 for a query parameter the broker does not take (the driver would ignore it,
     with a warning) and for a busy timeout that is not seconds from 0 to 2147483.647."""
-    unknown = sorted(set(parsed.query) - _SQLITE_PARAMETERS) if not parsed.query.get("uri") else []
+    unknown = sorted(set(parsed.query) - _SQLITE_PARAMETERS) if not _file_uri(parsed) else []
     if unknown:
         raise _bad_url(url, f"the broker takes no {', '.join(unknown)} parameter for SQLite (it takes timeout=SECONDS, "
                             "and SQLite's own parameters in a file: URI with uri=true)")

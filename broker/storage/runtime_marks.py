@@ -17,6 +17,7 @@ does not see its own record locks, so its own runtimes are known from memory.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import secrets
@@ -35,6 +36,7 @@ _CANNOT_OPEN = 5120
 class _Marks:
     """This process's descriptor of one database's marks file, and its runtimes' numbers."""
 
+    path: str
     descriptor: int
     numbers: set[int] = field(default_factory=set)
 
@@ -55,7 +57,7 @@ def held(database_path: str) -> Iterator[int]:
     with _guard:
         marks = _open.get(path)
         if marks is None:
-            marks = _open[path] = _Marks(_open_marks(path))
+            marks = _open[path] = _Marks(path, _open_marks(path))
         number = _take_free_number(marks)
     try:
         yield number
@@ -91,7 +93,7 @@ def ended(database_path: str, numbers: list[int]) -> list[int]:
 
 def _open_marks(path: str) -> int:
     try:
-        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)  # as the lock file: every user of the database
     except OSError as exc:
         raise _unusable(path, exc) from None
 
@@ -103,8 +105,10 @@ def _take_free_number(marks: _Marks) -> int:
             continue
         try:
             fcntl.lockf(marks.descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, number)
-        except OSError:
-            continue  # another process's runtime drew it: draw again
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.EACCES):
+                continue  # another process's runtime drew it: draw again
+            raise _unusable(marks.path, exc) from None  # no record locks here (ENOLCK ...)
         marks.numbers.add(number)
         return number
 
@@ -116,8 +120,10 @@ def _held_elsewhere(descriptor: int, number: int) -> bool:
         return False
     try:
         fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, number)
-    except OSError:
-        return True
+    except OSError as exc:
+        if exc.errno in (errno.EAGAIN, errno.EACCES):
+            return True
+        raise _unusable("the runtimes file", exc) from None
     fcntl.lockf(descriptor, fcntl.LOCK_UN, 1, number)
     return False
 
@@ -125,3 +131,14 @@ def _held_elsewhere(descriptor: int, number: int) -> bool:
 def _unusable(path: str, exc: OSError) -> BrokerError:
     return BrokerError(_CANNOT_OPEN, f"Unable to open the file '{path}' that marks the database's running "
                                      f"runtimes: {exc.strerror or exc}.")
+
+
+def _forget_marks() -> None:
+    # A forked child holds none of its parent's record locks, and may have inherited the
+    # guard locked by a thread it does not have: its parent's runtimes are not its own.
+    global _guard
+    _open.clear()
+    _guard = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_marks)

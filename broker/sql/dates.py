@@ -16,7 +16,7 @@ from typing import Any
 
 from broker.sql import nodes as n
 from broker.sql import values
-from broker.sql.errors import SqlError
+from broker.sql.errors import SqlError, overflow
 
 _DATETIME = n.TypeName("DATETIME")
 _INT_MIN, _INT_MAX = -2**31, 2**31 - 1
@@ -104,8 +104,7 @@ def _truncated(amount: Any) -> Any:
         try:
             return int(amount)
         except (OverflowError, ValueError):  # infinite or not a number
-            raise SqlError(values.ARITHMETIC_OVERFLOW, "Arithmetic overflow error converting expression to "
-                                                       "data type int.") from None
+            raise overflow("int") from None
     return amount
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from broker.errors import BrokerError
 
+INCORRECT_SYNTAX = 102
+
 
 class SqlError(BrokerError):
     """A failure while parsing or running a T-SQL batch, shown as ``sqlcmd`` shows it:
@@ -57,3 +59,8 @@ class ReturnFromBatch(ControlFlow):
     def __init__(self, value: object = None) -> None:
         super().__init__()
         self.value = value
+
+
+def overflow(type_name: str) -> SqlError:
+    """8115: a value past what ``type_name`` holds."""
+    return SqlError(8115, f"Arithmetic overflow error converting expression to data type {type_name.lower()}.")

@@ -17,9 +17,9 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from broker.sql import dates, values
+from broker.sql import dates, like, moments, values, xml_methods
 from broker.sql import nodes as n
-from broker.sql.errors import SqlError
+from broker.sql.errors import SqlError, overflow
 
 if TYPE_CHECKING:
     from broker.sql.session import Session
@@ -127,7 +127,7 @@ class Evaluator:
             found, value = column_value(self.outer, expr.parts)
         if not found:
             if expr.parts[-1].upper() == "CURRENT_TIMESTAMP" and len(expr.parts) == 1:
-                return values.now()  # ANSI's spelling of GETDATE(), written without parentheses
+                return moments.now()  # ANSI's spelling of GETDATE(), written without parentheses
             raise SqlError(INVALID_COLUMN, f"Invalid column name '{expr.parts[-1]}'.")
         return value
 
@@ -170,7 +170,7 @@ class Evaluator:
         return (self.value(expr.operand, row) is None) != expr.negated
 
     def _like(self, expr: n.Like, row: Mapping[str, Any] | None) -> bool | None:
-        result = values.like(self.value(expr.operand, row), self.value(expr.pattern, row))
+        result = like.like(self.value(expr.operand, row), self.value(expr.pattern, row))
         return None if result is None else result != expr.negated
 
     def _inlist(self, expr: n.InList, row: Mapping[str, Any] | None) -> bool | None:
@@ -234,11 +234,11 @@ class Evaluator:
     def _xml_method(self, target: Any, name: str, args: list[Any]) -> Any:
         method = name.lower()
         if method == "value" and len(args) == 2:
-            return values.xml_value(target, args[0], args[1])
+            return xml_methods.xml_value(target, args[0], args[1])
         if method == "query" and len(args) == 1:
-            return values.xml_query(target, args[0])
+            return xml_methods.xml_query(target, args[0])
         if method == "exist" and len(args) == 1:
-            return values.xml_exist(target, args[0])
+            return xml_methods.xml_exist(target, args[0])
         raise SqlError(227, f'"{name}" is not a valid function, property, or field.')
 
     def _call(self, expr: n.Call, row: Mapping[str, Any] | None) -> Any:
@@ -306,7 +306,7 @@ def arithmetic(op: str, left: Any, right: Any) -> Any:
     if isinstance(a, float) or isinstance(b, float):
         result = _float_arithmetic(op, float(a), float(b))
         if math.isinf(result) or math.isnan(result):
-            raise SqlError(8115, "Arithmetic overflow error converting expression to data type float.")
+            raise overflow("float")
         return result
     if isinstance(a, Decimal) or isinstance(b, Decimal):
         return _exact_arithmetic(op, Decimal(a), Decimal(b))
@@ -330,16 +330,15 @@ def _datetime_arithmetic(op: str, left: Any, right: Any) -> datetime:
     """datetime + or - a number of days (either side for +), and datetime - datetime: the
     difference as a moment after 1900-01-01, as SQL Server's DATETIME does."""
     if isinstance(left, datetime) and isinstance(right, datetime) and op == "-":
-        return datetime(1900, 1, 1) + (values.naive(left) - values.naive(right))
+        return datetime(1900, 1, 1) + (moments.naive(left) - moments.naive(right))
     moment, days = (left, right) if isinstance(left, datetime) else (right, left)
     if op not in "+-" or isinstance(days, datetime) or (op == "-" and moment is right):
         raise SqlError(8117, f"Operand data type datetime is invalid for {_OPERATOR_NAMES[op]} operator.")
     try:
         offset = timedelta(days=float(_number(days)))
-        return values.naive(moment) + (offset if op == "+" else -offset)
+        return moments.naive(moment) + (offset if op == "+" else -offset)
     except OverflowError:
-        raise SqlError(values.ARITHMETIC_OVERFLOW, "Arithmetic overflow error converting expression to data "
-                                                   "type datetime.") from None
+        raise overflow("datetime") from None
 
 
 _OPERATOR_NAMES = {"+": "add", "-": "subtract", "*": "multiply", "/": "divide", "%": "modulo"}
@@ -531,11 +530,11 @@ def aggregate_key(call: n.Call) -> str:
 
 _FUNCTIONS: dict[str, tuple[range | None, Callable[[Session, list[Any]], Any]]] = {
     "NEWID": (_NONE, lambda _s_, _a: uuid.uuid4()),
-    "GETDATE": (_NONE, lambda _s_, _a: values.now()),
-    "SYSDATETIME": (_NONE, lambda _s_, _a: values.now()),
-    "CURRENT_TIMESTAMP": (_NONE, lambda _s_, _a: values.now()),
-    "GETUTCDATE": (_NONE, lambda _s_, _a: values.utc_now()),
-    "SYSUTCDATETIME": (_NONE, lambda _s_, _a: values.utc_now()),
+    "GETDATE": (_NONE, lambda _s_, _a: moments.now()),
+    "SYSDATETIME": (_NONE, lambda _s_, _a: moments.now()),
+    "CURRENT_TIMESTAMP": (_NONE, lambda _s_, _a: moments.now()),
+    "GETUTCDATE": (_NONE, lambda _s_, _a: moments.utc_now()),
+    "SYSUTCDATETIME": (_NONE, lambda _s_, _a: moments.utc_now()),
     "CHAR": (_ONE, _text_or_none(lambda v: _character(v, 255))),
     "NCHAR": (_ONE, _text_or_none(lambda v: _character(v, 0x10FFFF))),
     "ASCII": (_ONE, _text_or_none(lambda v: ord(_s(v)[0]) if _s(v) else None)),

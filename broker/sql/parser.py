@@ -1,4 +1,5 @@
-"""T-SQL text to statements: the lark grammar ``tsql.lark`` (LALR) and a transformer to ``nodes``.
+"""T-SQL text to statements: the lark grammar ``tsql.lark`` (LALR), its lexing rules, and the
+transformer to ``nodes`` (its parts: ``expression_syntax``, ``query_syntax``, ``ddl_syntax``).
 
 A syntax error becomes SQL Server's error 102 ("Incorrect syntax near '...'") with the
 line it is on (105 for a string or quoted name left open, 113 for a block comment);
@@ -10,20 +11,19 @@ from __future__ import annotations
 
 import contextvars
 import functools
-import math
 import re
-from decimal import Decimal
 from importlib import resources
 from typing import Any
 
-from lark import Lark, Token, Tree, v_args
+from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from broker.sql import nodes as n
-from broker.sql import options, values
+from broker.sql import options
 from broker.sql.batches import spans
 from broker.sql.ddl_syntax import DdlBuild
-from broker.sql.errors import SqlError
+from broker.sql.errors import INCORRECT_SYNTAX, SqlError
+from broker.sql.query_syntax import QueryBuild
 from broker.sql.syntax import (
     Clause,
     Name,
@@ -33,13 +33,10 @@ from broker.sql.syntax import (
     of_type,
     present,
     statement,
-    string_text,
     token_kinds,
     unquote,
 )
 
-INCORRECT_SYNTAX = 102
-NUMBER_OUT_OF_RANGE = 1007
 UNEXPECTED_END = 102
 UNCLOSED_QUOTATION = 105
 MISSING_END_COMMENT = 113
@@ -48,21 +45,6 @@ MESSAGE_ROOM = 1990
 _LINE_END = re.compile(r"\r\n|\r|\n")  # the line ends of the batch splitter
 _NOT_LINE_BREAK = re.compile(r"[^\r\n]")
 NESTED_TOO_DEEPLY = 191
-UNKNOWN_TABLE_HINT = 321
-HINT_NEEDS_WITH = 1018
-# SQL Server's table hints that take no argument. Every read here is a snapshot or runs
-# in the script's transaction, which takes no table locks: each is accepted and changes
-# nothing (docs/sql.md).
-TABLE_HINTS = frozenset({
-    "NOLOCK", "READUNCOMMITTED", "READCOMMITTED", "READCOMMITTEDLOCK", "REPEATABLEREAD", "SERIALIZABLE",
-    "SNAPSHOT", "HOLDLOCK", "UPDLOCK", "XLOCK", "ROWLOCK", "PAGLOCK", "TABLOCK", "TABLOCKX", "NOWAIT",
-    "READPAST", "NOEXPAND", "FORCESEEK", "FORCESCAN",
-})
-# The hints SQL Server still takes without WITH, one alone: ``FROM t (NOLOCK)``.
-HINTS_WITHOUT_WITH = frozenset({
-    "NOLOCK", "READUNCOMMITTED", "UPDLOCK", "REPEATABLEREAD", "SERIALIZABLE", "READCOMMITTED", "TABLOCK",
-    "TABLOCKX", "PAGLOCK", "ROWLOCK", "NOWAIT", "READPAST", "XLOCK", "SNAPSHOT", "NOEXPAND",
-})
 
 
 # The batch being lexed, for the keyword check below (parsing runs in the caller's thread).
@@ -161,312 +143,10 @@ def _syntax_error(exc: UnexpectedInput, text: str, line_offset: int) -> SqlError
         near = "?"
     return SqlError(INCORRECT_SYNTAX, f"Incorrect syntax near '{near[:64]}'.", line=line)
 
-class _Build(DdlBuild):
+class _Build(DdlBuild, QueryBuild):
     """Tree to ``nodes``: one method per grammar rule that is not inlined (the DDL's in
-    ``DdlBuild``)."""
-
-    # -- names and literals ---------------------------------------------------------------
-
-    def name(self, children: list[Token]) -> Name:
-        return Name(unquote(str(children[0])))
-
-    def object_name(self, children: list[Any]) -> ObjectName:
-        return ObjectName(str(part) if part is not None else "" for part in children)
-
-    def dotted_name(self, children: list[Any]) -> ObjectName:
-        return ObjectName(str(part) for part in children)
-
-    def string(self, children: list[Token]) -> n.Literal:
-        return n.Literal(string_text(str(children[0])))
-
-    def nstring(self, children: list[Token]) -> n.Literal:
-        return n.Literal(string_text(str(children[0])), unicode=True)
-
-    def number(self, children: list[Token]) -> n.Literal:
-        text = self._in_range(children[0])
-        if "e" in text.lower():
-            value = float(text)
-            if not math.isfinite(value):
-                raise self._out_of_range(children[0])
-            return n.Literal(value)
-        if "." in text:
-            return n.Literal(Decimal(text))
-        number = int(text)
-        # SQL Server types a whole literal past INT's range as DECIMAL (not BIGINT).
-        return n.Literal(number if number <= values.INT_HIGH else Decimal(number))
-
-    def binary(self, children: list[Token]) -> n.Literal:
-        digits = str(children[0])[2:]
-        return n.Literal(bytes.fromhex(digits if len(digits) % 2 == 0 else "0" + digits))
-
-    def null(self, _children: list[Any]) -> n.Literal:
-        return n.Literal(None)
-
-    def string_alias(self, children: list[Token]) -> Name:
-        return Name(string_text(str(children[0])))
-
-    def type_name(self, children: list[Any]) -> n.TypeName:
-        name, length, scale = children
-        size = None if length is None else (-1 if str(length).upper() == "MAX" else self._whole(length))
-        return n.TypeName(str(name).upper(), size, None if scale is None else self._whole(scale))
-
-    def _whole(self, token: Token) -> int:
-        """A type's length, precision or scale: digits only (``NVARCHAR(1.5)`` is 102, as in SQL Server)."""
-        if not str(token).isdigit():
-            raise SqlError(INCORRECT_SYNTAX, f"Incorrect syntax near '{token}'.", line=(token.line or 1) + self.offset)
-        return int(self._in_range(token))
-
-    def _in_range(self, token: Token) -> str:
-        """A number's text, at most 38 significant digits (1007), as SQL Server reads one."""
-        mantissa = str(token).lower().partition("e")[0]
-        if len(mantissa.replace(".", "").lstrip("0")) > values.MAX_PRECISION:
-            raise self._out_of_range(token)
-        return str(token)
-
-    def _out_of_range(self, token: Token) -> SqlError:
-        shown = str(token) if len(str(token)) <= 64 else str(token)[:61] + "..."
-        return SqlError(NUMBER_OUT_OF_RANGE, f"The number '{shown}' is out of the range for numeric "
-                                             f"representation (maximum precision {values.MAX_PRECISION}).",
-                        line=(token.line or 1) + self.offset)
-
-    def on_off(self, children: list[Token]) -> bool:
-        return str(children[0]).upper() == "ON"
-
-    # -- expressions ----------------------------------------------------------------------
-
-    def variable(self, children: list[Token]) -> n.Variable:
-        return n.Variable(str(children[0]))
-
-    def system_variable(self, children: list[Token]) -> n.SystemVariable:
-        return n.SystemVariable(str(children[0]).upper())
-
-    def column_ref(self, children: list[Any]) -> n.Column:
-        return n.Column(tuple(children[0]))
-
-    def call(self, children: list[Any]) -> n.Call:
-        name, arguments = children
-        args, star, distinct = arguments if arguments is not None else ((), False, False)
-        return n.Call(tuple(name), args, star, distinct)
-
-    def keyword_call(self, children: list[Any]) -> n.Call:
-        keyword, arguments = children
-        args, star, distinct = arguments if arguments is not None else ((), False, False)
-        return n.Call((str(keyword).upper(),), args, star, distinct)
-
-    def star_argument(self, _children: list[Any]) -> tuple[tuple[n.Expr, ...], bool, bool]:
-        return (), True, False
-
-    def arguments(self, children: list[Any]) -> tuple[tuple[n.Expr, ...], bool, bool]:
-        distinct = children[0] is not None
-        return tuple(children[1:]), False, distinct
-
-    def method(self, children: list[Any]) -> n.Method:
-        target, name, arguments = children
-        args = arguments[0] if arguments is not None else ()
-        return n.Method(target, str(name), args)
-
-    def cast(self, children: list[Any]) -> n.Cast:
-        values = present(children)
-        return n.Cast(values[0], values[1])
-
-    def try_cast(self, children: list[Any]) -> n.Cast:
-        values = present(children)
-        return n.Cast(values[0], values[1], lenient=True)
-
-    def convert(self, children: list[Any]) -> n.Cast:
-        values = present(children)
-        return n.Cast(values[1], values[0], style=values[2] if len(values) > 2 else None)
-
-    def try_convert(self, children: list[Any]) -> n.Cast:
-        values = present(children)
-        return n.Cast(values[1], values[0], lenient=True, style=values[2] if len(values) > 2 else None)
-
-    def signed(self, children: list[Any]) -> n.Expr:
-        # The sign is ADD_OP's token, not a literal "-" or "+" of its own: LALR merges a
-        # state where a sign may follow a name with one where an operator may, and the
-        # lexer then read "a - 1" in a RECEIVE's column list as a sign (102).
-        sign, operand = children
-        if str(sign) == "+":
-            return operand  # type: ignore[no-any-return]
-        if isinstance(operand, n.Literal) and isinstance(operand.value, (int, float, Decimal)):
-            return n.Literal(-operand.value)
-        return n.Negate(operand)
-
-    def arithmetic(self, children: list[Any]) -> n.Arithmetic:
-        left, op, right = children
-        return n.Arithmetic(str(op), left, right)
-
-    def case_when(self, children: list[Any]) -> tuple[n.Expr, n.Expr]:
-        values = present(children)
-        return values[0], values[1]
-
-    simple_when = case_when
-
-    def searched_case(self, children: list[Any]) -> n.Case:
-        whens = tuple(child for child in children if isinstance(child, tuple))
-        rest = [child for child in present(children) if not isinstance(child, tuple)]
-        return n.Case(whens, rest[0] if rest else None)
-
-    def simple_case(self, children: list[Any]) -> n.Case:
-        values = present(children)
-        subject = values[0]
-        whens = tuple(value for value in values[1:] if isinstance(value, tuple))
-        rest = [value for value in values[1:] if not isinstance(value, tuple)]
-        return n.Case(whens, rest[0] if rest else None, subject=subject)
-
-    def iif(self, children: list[Any]) -> n.Iif:
-        values = present(children)
-        return n.Iif(values[0], values[1], values[2])
-
-    def subquery(self, children: list[Any]) -> n.Subquery:
-        return n.Subquery(children[0])
-
-    def compare(self, children: list[Any]) -> n.Compare:
-        left, op, right = children
-        return n.Compare("<>" if str(op) == "!=" else str(op), left, right)
-
-    def comparison(self, children: list[Token]) -> str:
-        return str(children[0])
-
-    def or_(self, children: list[Any]) -> n.Logical:
-        return n.Logical("OR", children[0], children[2])
-
-    def and_(self, children: list[Any]) -> n.Logical:
-        return n.Logical("AND", children[0], children[2])
-
-    def not_(self, children: list[Any]) -> n.Not:
-        return n.Not(children[1])
-
-    def is_null(self, children: list[Any]) -> n.IsNull:
-        return n.IsNull(children[0], negated=False)
-
-    def is_not_null(self, children: list[Any]) -> n.IsNull:
-        return n.IsNull(children[0], negated=True)
-
-    def like(self, children: list[Any]) -> n.Like:
-        return n.Like(children[0], children[-1], negated="NOT" in token_kinds(children))
-
-    def in_list(self, children: list[Any]) -> n.InList:
-        values = present(children)
-        return n.InList(values[0], tuple(values[1:]), negated="NOT" in token_kinds(children))
-
-    def between(self, children: list[Any]) -> n.Between:
-        values = present(children)
-        return n.Between(values[0], values[1], values[2], negated="NOT" in token_kinds(children))
-
-    def exists(self, children: list[Any]) -> n.Exists:
-        return n.Exists(present(children)[0])
-
-    # -- select ---------------------------------------------------------------------------
-
-    def all_columns(self, _children: list[Any]) -> n.SelectItem:
-        return n.SelectItem(None)
-
-    def table_columns(self, children: list[Any]) -> n.SelectItem:
-        return n.SelectItem(None, table=str(children[0]))
-
-    def assign_column(self, children: list[Any]) -> n.SelectItem:
-        variable, op, value = children
-        return n.SelectItem(value, variable=str(variable), operator=str(op))
-
-    def assign_op(self, children: list[Token]) -> str:
-        return str(children[0])
-
-    def aliased_column_first(self, children: list[Any]) -> n.SelectItem:
-        alias, value = children
-        return n.SelectItem(value, alias=str(alias))
-
-    def column(self, children: list[Any]) -> n.SelectItem:
-        value = children[0]
-        alias = children[-1]
-        return n.SelectItem(value, alias=str(alias) if alias is not None else None)
-
-    def top(self, children: list[Any]) -> n.Expr:
-        expressions: list[n.Expr] = of_type(children, n.Expr)
-        if expressions:
-            return expressions[0]
-        number = next(child for child in children if isinstance(child, Token) and child.type == "NUMBER")
-        return self.number([number])
-
-    def table(self, children: list[Any]) -> n.TableSource:
-        name, alias = of_type(children, ObjectName)[0], next((child for child in children if type(child) is Name), None)
-        return n.TableSource(tuple(name), alias=None if alias is None else str(alias))
-
-    @v_args(meta=True)
-    def table_hints(self, meta: Any, children: list[Any]) -> Clause:
-        """WITH (hint, ...): checked, then dropped (a snapshot read takes no locks: docs/sql.md)."""
-        for hint in of_type(children, Name):
-            if hint.upper() not in TABLE_HINTS:
-                raise SqlError(UNKNOWN_TABLE_HINT, f"'{hint}' is not a recognized table hints option. If it is "
-                                                   "intended as a parameter to a table-valued function or to the "
-                                                   "CHANGETABLE function, ensure that your database compatibility "
-                                                   "mode is set to 90.", line=line_of(meta, self.offset))
-        return Clause("hints", None)
-
-    @v_args(meta=True)
-    def table_hints_without_with(self, meta: Any, children: list[Any]) -> Clause:
-        """The old form, ``FROM t (NOLOCK)``: one hint of those SQL Server still takes so (1018 otherwise)."""
-        hints = of_type(children, Name)
-        if len(hints) > 1 or hints[0].upper() not in HINTS_WITHOUT_WITH:
-            near = hints[1] if len(hints) > 1 else hints[0]
-            raise SqlError(HINT_NEEDS_WITH, f"Incorrect syntax near '{near}'. If this is intended as a part of a "
-                                            "table hint, A WITH keyword and parenthesis are now required. See SQL "
-                                            "Server Books Online for proper syntax.", line=line_of(meta, self.offset))
-        return Clause("hints", None)
-
-    def table_variable(self, children: list[Any]) -> n.TableSource:
-        values = present(children)
-        return n.TableSource(None, alias=str(values[1]) if len(values) > 1 else None, variable=str(values[0]))
-
-    def derived_table(self, children: list[Any]) -> n.TableSource:
-        values = present(children)
-        return n.TableSource(None, alias=str(values[-1]), derived=values[0])
-
-    def inner_join(self, children: list[Any]) -> n.Join:
-        values = present(children)
-        return n.Join("INNER", values[0], values[1])
-
-    def left_join(self, children: list[Any]) -> n.Join:
-        values = present(children)
-        return n.Join("LEFT", values[0], values[1])
-
-    def cross_join(self, children: list[Any]) -> n.Join:
-        return n.Join("CROSS", present(children)[0], None)
-
-    def from_item(self, children: list[Any]) -> n.FromItem:
-        return n.FromItem(children[0], list(children[1:]))
-
-    def order_item(self, children: list[Any]) -> tuple[n.Expr, bool]:
-        return children[0], "DESC" in token_kinds(children)
-
-    def select_options(self, children: list[Any]) -> Clause:
-        return Clause("options", (children[0] is not None, children[1]))
-
-    def into_clause(self, children: list[Any]) -> Clause:
-        variables = [str(child) for child in children if isinstance(child, Token) and child.type == "VARIABLE"]
-        return Clause("into", variables[0] if variables else None)
-
-    def from_clause(self, children: list[Any]) -> Clause:
-        return Clause("from", of_type(children, n.FromItem))
-
-    def where_clause(self, children: list[Any]) -> Clause:
-        return Clause("where", next(iter(of_type(children, n.Expr)), None))
-
-    having_clause = where_clause
-
-    def group_clause(self, children: list[Any]) -> Clause:
-        return Clause("group", of_type(children, n.Expr))
-
-    def order_clause(self, children: list[Any]) -> Clause:
-        return Clause("order", [child for child in children if isinstance(child, tuple)])
-
-    @statement
-    def select(self, children: list[Any], _meta: Any) -> n.Select:
-        clauses = of_type(children, Clause)
-        distinct, top = clauses[0].value
-        into, sources, where, group_by, having, order_by = (clause.value for clause in clauses[1:])
-        return n.Select(of_type(children, n.SelectItem), top=top, distinct=distinct, into=into, sources=sources,
-                        where=where, group_by=group_by, having=having, order_by=order_by)
+    ``DdlBuild``, SELECT's in ``QueryBuild``, names, literals and expressions in
+    ``ExpressionBuild``)."""
 
     # -- procedural -----------------------------------------------------------------------
 

@@ -24,8 +24,8 @@ from sqlalchemy import text
 
 from broker.conversations.messages import Message
 from broker.inspection import CATALOG_VIEWS, VIEW_COLUMN_TYPES
+from broker.sql import moments, values
 from broker.sql import nodes as n
-from broker.sql import values
 from broker.sql.errors import SqlError
 from broker.sql.expressions import AGGREGATES, INVALID_COLUMN, Evaluator, Scope, aggregate_key, arithmetic, column_value
 from broker.storage.types import UTCDateTime
@@ -144,7 +144,7 @@ def _typed(column: str, value: Any) -> Any:
     """A column's value as T-SQL sees it: a BIGINT column's integers are ``BigInt``, and
     a datetime (kept zoned, in UTC) is naive UTC, as GETUTCDATE() and literals are."""
     if isinstance(value, datetime):
-        return values.naive(value)
+        return moments.naive(value)
     return values.BigInt(value) if column in _BIGINT_COLUMNS and isinstance(value, int) else value
 
 

@@ -23,8 +23,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from broker.errors import BrokerError
+from broker.sql import moments, values
 from broker.sql import nodes as n
-from broker.sql import values
 from broker.sql.batches import split_batches
 from broker.sql.broker_statements import BrokerStatements
 from broker.sql.databases import Databases, no_database
@@ -358,7 +358,7 @@ class Session(BrokerStatements):
         raise SqlError(UNSUPPORTED, f"SAVE TRANSACTION {statement.name}: savepoints are not supported.")
 
     def _waitfordelay(self, statement: n.WaitForDelay, evaluator: Evaluator, _scope: Scope) -> None:
-        wanted = values.waitfor_time(evaluator.value(statement.value), delay=not statement.until)
+        wanted = moments.waitfor_time(evaluator.value(statement.value), delay=not statement.until)
         if statement.until:
             now = datetime.now()
             seconds = ((datetime.combine(now.date(), datetime.min.time()) + wanted) - now).total_seconds() % 86400

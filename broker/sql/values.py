@@ -1,5 +1,7 @@
 """T-SQL values in Python: the data types a script declares, CAST/CONVERT between them,
-comparison under the default case-insensitive collation, and the XML type's methods.
+and comparison under the default case-insensitive collation (LIKE: ``broker.sql.like``;
+dates read from text: ``broker.sql.moments``; the XML type's methods:
+``broker.sql.xml_methods``).
 
 A value is ``None`` (NULL), ``int`` (INT, SMALLINT, TINYINT and BIT), :class:`BigInt`
 (BIGINT), ``Decimal``, ``float``,
@@ -16,21 +18,20 @@ import re
 import struct
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import datetime
 from decimal import ROUND_DOWN, ROUND_HALF_UP, Context, Decimal, InvalidOperation, localcontext
-from typing import Any, NamedTuple
+from typing import Any
 
 from lxml import etree
 
-from broker.sql.errors import SqlError
+from broker.sql import moments
+from broker.sql.errors import SqlError, overflow
 from broker.sql.nodes import TypeName
 
 CONVERSION_FAILED = 245
 UNIQUEIDENTIFIER_FAILED = 8169
-ARITHMETIC_OVERFLOW = 8115
 XML_PARSING = 9400
 UNKNOWN_TYPE = 2715
-DATE_FAILED = 241
 TOP_NOT_INTEGER = 1060
 UNDEFINED_TYPE = 243
 TOO_PRECISE = 2750
@@ -166,7 +167,7 @@ def convert(value: Any, target: TypeName, *, declared: bool = False) -> Any:
     if name in INTEGER_RANGES:
         return _integer(value, name)
     if name in CHARACTER:
-        text = _text(value)
+        text = text_of(value)
         length = target.length if target.length is not None else (
             DECLARED_DEFAULT_LENGTH if declared else CAST_DEFAULT_LENGTH)
         if name == "SYSNAME":
@@ -183,7 +184,7 @@ def convert(value: Any, target: TypeName, *, declared: bool = False) -> Any:
     if name == "UNIQUEIDENTIFIER":
         return _guid(value)
     if name == "XML":
-        return _xml(value)
+        return as_xml(value)
     if name in EXACT:
         return _decimal(value, target)
     if name in APPROXIMATE:
@@ -201,7 +202,7 @@ def _float(value: Any, name: str) -> float:
     except (TypeError, ValueError):
         raise _failed(value, name.lower()) from None
     if not math.isfinite(number):
-        raise _overflow(name)
+        raise overflow(name)
     return number
 
 
@@ -235,8 +236,7 @@ def _integer(value: Any, name: str) -> int:
         return 1 if number else 0
     low, high = INTEGER_RANGES[name]
     if not low <= number <= high:
-        raise SqlError(ARITHMETIC_OVERFLOW, f"Arithmetic overflow error converting expression to data type "
-                                            f"{name.lower()}.")
+        raise overflow(name)
     return BigInt(number) if name == "BIGINT" else number
 
 
@@ -269,10 +269,10 @@ def _decimal(value: Any, target: TypeName) -> Decimal:
         # SQL Server rounds half away from zero (Python's default is to the even digit).
         number = number.quantize(Decimal(1).scaleb(-scale), rounding=ROUND_HALF_UP, context=EXACT_CONTEXT)
     except InvalidOperation:  # more digits than even DECIMAL(38) holds
-        raise _overflow(target.name) from None
+        raise overflow(target.name) from None
     limit = _MONEY_LIMITS.get(target.name)
     if abs(number) >= Decimal(10) ** (precision - scale) or (limit is not None and abs(number) > limit):
-        raise _overflow(target.name)
+        raise overflow(target.name)
     return number
 
 
@@ -280,7 +280,7 @@ def exact_result(number: Decimal) -> Decimal:
     """The result of DECIMAL arithmetic: 8115 past 38 digits (SQL Server's largest precision)."""
     if number.is_finite() and number.adjusted() < MAX_PRECISION:
         return number
-    raise _overflow("numeric")
+    raise overflow("numeric")
 
 
 def exact_quotient(a: Decimal, b: Decimal) -> Decimal:
@@ -301,11 +301,6 @@ def _precision(number: Decimal) -> int:
     return max(len(number.as_tuple().digits), _scale(number))
 
 
-def _overflow(name: str) -> SqlError:
-    return SqlError(ARITHMETIC_OVERFLOW, f"Arithmetic overflow error converting expression to data type "
-                                        f"{name.lower()}.")
-
-
 def top_count(value: Any) -> int:
     """The row count of TOP (n): a whole number, not negative (1060)."""
     if isinstance(value, (float, Decimal)) and value != int(value) or value is None:
@@ -316,7 +311,8 @@ def top_count(value: Any) -> int:
     return count
 
 
-def _text(value: Any) -> str:
+def text_of(value: Any) -> str:
+    """A value as text (CAST to NVARCHAR(MAX)), as SQL Server writes it."""
     if isinstance(value, str):
         return value
     if isinstance(value, bytes):
@@ -373,7 +369,7 @@ def _guid(value: Any) -> uuid.UUID:
 _DECLARED_ENCODING = re.compile(r"""^(\s*<\?xml[^>]*?)\s+encoding\s*=\s*(['"])[^'"]*\2""")
 
 
-def _xml(value: Any) -> Xml:
+def as_xml(value: Any) -> Xml:
     if isinstance(value, Xml):
         return value
     if isinstance(value, (str, bytes)):
@@ -388,96 +384,8 @@ def _xml(value: Any) -> Xml:
 
 
 def _datetime(value: Any, name: str) -> datetime:
-    moment = _moment(value, name)
+    moment = moments.moment(value, name)
     return datetime(moment.year, moment.month, moment.day) if name == "DATE" else moment
-
-
-def naive(value: datetime) -> datetime:
-    """A datetime as T-SQL holds it: without a zone (a zoned one, read from a column the
-    broker keeps in UTC, in UTC)."""
-    return value if value.tzinfo is None else value.astimezone(UTC).replace(tzinfo=None)
-
-
-def _moment(value: Any, name: str) -> datetime:
-    if isinstance(value, datetime):
-        return naive(value)
-    if isinstance(value, date):
-        return datetime(value.year, value.month, value.day)
-    if isinstance(value, str):
-        parsed = _parsed_moment(value)
-        if parsed is not None:
-            low, high = _DATETIME_RANGES.get(name, (datetime.min, datetime.max))
-            if not low <= parsed <= high:
-                raise SqlError(OUT_OF_RANGE_DATE, "The conversion of a nvarchar data type to a "
-                                                  f"{name.lower()} data type resulted in an out-of-range value.")
-            return parsed
-    if isinstance(value, (int, float, Decimal)):
-        try:
-            return datetime(1900, 1, 1) + timedelta(days=float(value))
-        except (OverflowError, ValueError):  # beyond year 9999
-            raise _overflow(name) from None
-    raise SqlError(DATE_FAILED, "Conversion failed when converting date and/or time from character string.")
-
-
-OUT_OF_RANGE_DATE = 242
-_DATETIME_RANGES = {"DATETIME": (datetime(1753, 1, 1), datetime.max),
-                    "SMALLDATETIME": (datetime(1900, 1, 1), datetime(2079, 6, 6, 23, 59, 59))}
-# Dates and times as SQL Server reads them from text (us_english, DATEFORMAT mdy): ISO
-# forms and the unseparated yyyymmdd with a time or not, month/day/year, the default
-# style "Jan 2 2020 10:00AM", and a time of day alone (on 1900-01-01).
-_MOMENT_PATTERNS = (
-    "%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d",
-    "%Y%m%d %H:%M:%S.%f", "%Y%m%d %H:%M:%S", "%Y%m%d %H:%M", "%Y%m%d",
-    "%m/%d/%Y %H:%M:%S.%f", "%m/%d/%Y %H:%M:%S", "%m/%d/%Y %H:%M", "%m/%d/%Y",
-    "%b %d %Y %I:%M%p", "%b %d %Y %I:%M:%S%p", "%b %d %Y %H:%M:%S", "%b %d %Y", "%d %b %Y", "%B %d %Y", "%d %B %Y",
-    "%H:%M:%S.%f", "%H:%M:%S", "%H:%M")
-# What ISO 8601 may end with that these patterns do not read: a zone (Z, +02:00), which
-# converting to a type without one drops, as SQL Server's does; a seventh fraction digit.
-_ZONE = re.compile(r"(?:Z|[+-]\d{2}:?\d{2})$", re.IGNORECASE)
-_FRACTION = re.compile(r"(\.\d{6})\d+")
-
-
-def _parsed_moment(value: str) -> datetime | None:
-    text = " ".join(re.sub(r"(?<=\d)T(?=\d)", " ", value.strip()).split())  # ISO's T, not OCT's
-    if re.search(r"\d", text[:1] or "") and ":" in text:
-        text = _ZONE.sub("", text).strip()
-    text = _FRACTION.sub(r"\1", text)
-    for pattern in _MOMENT_PATTERNS:
-        try:
-            parsed = datetime.strptime(text, pattern)
-        except ValueError:
-            continue
-        return parsed if pattern[0] != "%H" else datetime(1900, 1, 1, parsed.hour, parsed.minute, parsed.second,
-                                                          parsed.microsecond)
-    return None
-
-
-_TIME_OF_DAY = re.compile(r"\s*(\d{1,2}):(\d{1,2})(?::(\d{1,2})(?:[.:](\d{1,3}))?)?\s*")
-WAITFOR_TIME_SYNTAX = 148
-
-
-def waitfor_time(value: Any, *, delay: bool) -> timedelta:
-    """The time of day WAITFOR DELAY / TIME takes, as a time since midnight: a string
-    ``hh:mm[[:ss].mss]`` or a datetime. DELAY refuses a date part (it would wait days);
-    TIME ignores it. Anything else (NULL, a number, a bad string) is 148."""
-    moment: datetime | None = None
-    if isinstance(value, str):
-        match = _TIME_OF_DAY.fullmatch(value)
-        if match is not None:
-            hours, minutes, seconds, millis = (int(part or 0) for part in match.groups())
-            millis *= 10 ** (3 - len(match.group(4) or "000"))  # '.5' is 500 ms
-            if hours < 24 and minutes < 60 and seconds < 60:
-                return timedelta(hours=hours, minutes=minutes, seconds=seconds, milliseconds=millis)
-        else:
-            try:
-                moment = _datetime(value, "DATETIME")
-            except SqlError:
-                moment = None
-    elif isinstance(value, datetime):
-        moment = value
-    if moment is None or delay and moment.date() != date(1900, 1, 1):
-        raise SqlError(WAITFOR_TIME_SYNTAX, "Incorrect time syntax in time string used with WAITFOR.")
-    return moment - datetime.combine(moment.date(), datetime.min.time())
 
 
 def written(value: Any) -> str:
@@ -487,15 +395,6 @@ def written(value: Any) -> str:
     if isinstance(value, str) and not value.isidentifier():
         return f"'{value}'"
     return str(value)
-
-
-def now() -> datetime:
-    """GETDATE(): local time without a zone, like SQL Server's datetime."""
-    return datetime.now()
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def sql_type(text: str) -> TypeName:
@@ -516,7 +415,7 @@ def _comparable(left: Any, right: Any) -> tuple[Any, Any]:
     if isinstance(left, str) and isinstance(right, str):
         return left.rstrip(" ").casefold(), right.rstrip(" ").casefold()  # trailing blanks, not tabs
     if isinstance(left, datetime) and isinstance(right, datetime):
-        return naive(left), naive(right)
+        return moments.naive(left), moments.naive(right)
     if isinstance(left, str) != isinstance(right, str):
         other = right if isinstance(left, str) else left
         text = left if isinstance(left, str) else right
@@ -559,146 +458,6 @@ def compare(op: str, left: Any, right: Any) -> bool | None:
                             f"{op} operator.") from None
 
 
-def like(value: Any, pattern: Any) -> bool | None:
-    """``value LIKE pattern`` under the case-insensitive collation: ``%``, ``_``, ``[abc]``,
-    ``[a-c]`` and ``[^...]``; the value's trailing blanks are ignored, the pattern's are
-    not. Matched without backtracking (time linear in value times pattern), so a pattern
-    of many ``%`` cannot stall a script on a long value, as a regular expression would."""
-    if value is None or pattern is None:
-        return None
-    tokens = _like_tokens(_text(pattern))
-    text = _text(value).rstrip(" ")
-    position = step = 0
-    star, resume = -1, 0
-    while position < len(text):
-        if step < len(tokens) and tokens[step] is not _ANY_RUN and _fits(tokens[step], text[position]):
-            position, step = position + 1, step + 1
-        elif step < len(tokens) and tokens[step] is _ANY_RUN:
-            star, resume, step = step, position, step + 1
-        elif star != -1:  # let the last % take one more character, and go on after it
-            resume += 1
-            position, step = resume, star + 1
-        else:
-            return False
-    return all(token is _ANY_RUN for token in tokens[step:])
-
-
-_ANY_RUN = object()  # %
-_ANY_ONE = object()  # _
-
-
-class _CharSet(NamedTuple):
-    """A pattern's [set] or [^set]: casefolded bounds of its characters and ranges."""
-
-    negated: bool
-    ranges: tuple[tuple[str, str], ...]
-
-
-_LikeToken = object | str | _CharSet  # one character of a pattern: %, _, a casefolded character, a set
-
-
-def _like_tokens(pattern: str) -> list[_LikeToken]:
-    tokens: list[_LikeToken] = []
-    index = 0
-    while index < len(pattern):
-        char = pattern[index]
-        end = pattern.find("]", index + 1) if char == "[" else -1
-        if char == "%":
-            if not tokens or tokens[-1] is not _ANY_RUN:
-                tokens.append(_ANY_RUN)
-        elif char == "_":
-            tokens.append(_ANY_ONE)
-        elif end != -1:
-            body = pattern[index + 1:end]
-            negated = body.startswith("^")
-            tokens.append(_CharSet(negated, _ranges(body[1:] if negated else body)))
-            index = end
-        else:
-            tokens.append(char.casefold())
-        index += 1
-    return tokens
-
-
-def _ranges(body: str) -> tuple[tuple[str, str], ...]:
-    """The characters of a [set]: single ones and ranges ``a-c`` (a '-' first or last is itself)."""
-    ranges: list[tuple[str, str]] = []
-    index = 0
-    while index < len(body):
-        low = body[index].casefold()
-        if index + 2 < len(body) and body[index + 1] == "-":
-            ranges.append((low, body[index + 2].casefold()))
-            index += 3
-        else:
-            ranges.append((low, low))
-            index += 1
-    return tuple(ranges)
-
-
-def _fits(token: _LikeToken, char: str) -> bool:
-    if token is _ANY_ONE:
-        return True
-    folded = char.casefold()
-    if isinstance(token, str):
-        return folded == token
-    assert isinstance(token, _CharSet)
-    return any(low <= folded <= high for low, high in token.ranges) != token.negated
-
-
 def truth(value: Any) -> bool:
     """Whether a condition holds: unknown (None) does not."""
     return value is True
-
-
-def xml_value(xml: Any, path: Any, type_text: Any) -> Any:
-    """``xml.value('(/a)[1]', 'nvarchar(100)')``: the first node the XPath selects, as that type."""
-    if xml is None:
-        return None
-    target = sql_type(_text(type_text))
-    found = _select(xml, path)
-    if not found:
-        return None
-    first = found[0]
-    text = first if isinstance(first, str) else (first.xpath("string()") if hasattr(first, "xpath") else str(first))
-    return convert(str(text), target)
-
-
-def xml_query(xml: Any, path: Any) -> Xml | None:
-    if xml is None:
-        return None
-    found = _select(xml, path)
-    return Xml("".join(etree.tostring(item, encoding="unicode") if hasattr(item, "tag") else str(item)
-                       for item in found))
-
-
-def xml_exist(xml: Any, path: Any) -> int | None:
-    if xml is None:
-        return None
-    return 1 if _select(xml, path) else 0
-
-
-# XQuery's prolog, as scripts read Service Broker's Error messages with it:
-# declare namespace brokerns="http://schemas.microsoft.com/SQL/ServiceBroker/Error";
-_DECLARE_NAMESPACE = re.compile(r"\s*declare\s+namespace\s+([A-Za-z_][\w.-]*)\s*=\s*(['\"])(.*?)\2\s*;", re.DOTALL)
-_ANY_NAMESPACE = re.compile(r"\*:([A-Za-z_][\w.-]*)")  # *:Code, which XPath 1.0 spells with local-name()
-
-
-def _select(xml: Any, path: Any) -> list[Any]:
-    document = xml if isinstance(xml, Xml) else _xml(xml)
-    if not document.text.strip():
-        return []
-    query, namespaces = _text(path), {}
-    while (declared := _DECLARE_NAMESPACE.match(query)) is not None:
-        namespaces[declared.group(1)] = declared.group(3)
-        query = query[declared.end():]
-    query = _ANY_NAMESPACE.sub(lambda name: f"*[local-name()='{name.group(1)}']", query)
-    try:
-        result = etree.ElementTree(document.tree()).xpath(query, namespaces=namespaces)
-    except etree.XPathError as exc:
-        raise SqlError(2389, f"XQuery [value()]: {exc}") from None
-    if isinstance(result, list):
-        return result
-    if isinstance(result, bool):
-        return [str(int(result))] if result else []
-    if isinstance(result, float) and result.is_integer():
-        return [str(int(result))]  # count(...) is 2, not '2.0', which no integer type reads
-    return [str(result)]

@@ -61,10 +61,8 @@ def create_broker_engine(url: str, **kwargs: Any) -> Engine:
                                 "default one is not taken for it")
         # Text travels as UTF-8 whatever the URL or the server's default says: another
         # client encoding fails on names it cannot carry, outside any numbered error.
-        kwargs["connect_args"] = {"connect_timeout": POSTGRES_CONNECT_TIMEOUT_S, **kwargs.get("connect_args", {}),
-                                  "client_encoding": "utf8"}
-        if "connect_timeout" in parsed.query:
-            del kwargs["connect_args"]["connect_timeout"]
+        timeout = {} if "connect_timeout" in parsed.query else {"connect_timeout": POSTGRES_CONNECT_TIMEOUT_S}
+        kwargs["connect_args"] = {**timeout, **kwargs.get("connect_args", {}), "client_encoding": "utf8"}
     try:
         engine = create_engine(parsed, **kwargs)
     except ImportError as exc:  # the dialect imports its driver here

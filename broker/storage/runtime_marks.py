@@ -78,7 +78,7 @@ def ended(database_path: str, numbers: list[int]) -> list[int]:
         marks = _open.get(path)
         if marks is not None:
             return [number for number in numbers if number not in marks.numbers
-                    and not _held_elsewhere(marks.descriptor, number)]
+                    and not _held_elsewhere(marks.descriptor, number, path)]
         try:
             descriptor = os.open(path, os.O_RDWR)
         except FileNotFoundError:
@@ -86,7 +86,7 @@ def ended(database_path: str, numbers: list[int]) -> list[int]:
         except OSError as exc:
             raise _unusable(path, exc) from None
         try:  # this process holds no mark of this database: closing drops nothing
-            return [number for number in numbers if not _held_elsewhere(descriptor, number)]
+            return [number for number in numbers if not _held_elsewhere(descriptor, number, path)]
         finally:
             os.close(descriptor)
 
@@ -113,7 +113,7 @@ def _take_free_number(marks: _Marks) -> int:
         return number
 
 
-def _held_elsewhere(descriptor: int, number: int) -> bool:
+def _held_elsewhere(descriptor: int, number: int, path: str) -> bool:
     """Whether another process holds byte ``number``: a lock that cannot be had says so
     (and one that can is let go at once)."""
     if not 1 <= number <= LARGEST_NUMBER:
@@ -123,7 +123,7 @@ def _held_elsewhere(descriptor: int, number: int) -> bool:
     except OSError as exc:
         if exc.errno in (errno.EAGAIN, errno.EACCES):
             return True
-        raise _unusable("the runtimes file", exc) from None
+        raise _unusable(path, exc) from None
     fcntl.lockf(descriptor, fcntl.LOCK_UN, 1, number)
     return False
 

@@ -335,10 +335,16 @@ def mapping(value: object, what: str) -> Mapping[str, Any]:
 def column_value(value: object, column: str, kind: str | None) -> None:
     """A value a catalog view's column is compared with (``db.catalog(view, column=value)``).
 
-    ``kind`` is ``"guid"`` or ``"time"`` for the columns read back as ``uuid.UUID`` and
-    ``datetime``; a guid column takes a UUID or its text (else SQL Server's 8169).
+    ``kind`` is ``"guid"``, ``"time"`` or ``"binary"`` for the columns read back as
+    ``uuid.UUID``, ``datetime`` and ``bytes``; a guid column takes a UUID or its text
+    (else SQL Server's 8169). Only a binary column takes ``bytes``.
     """
     if value is None:
+        return
+    if (kind == "binary") != isinstance(value, (bytes, bytearray)):
+        raise wrong_type(column, value, "varbinary" if kind == "binary" else
+                         "a column value (str, int, float, bool, UUID or datetime)")
+    if kind == "binary":
         return
     if kind == "guid":
         if isinstance(value, str):

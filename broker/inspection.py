@@ -41,11 +41,31 @@ _COLUMN_NAME = re.compile(r"^[a-z_]+\Z")
 # Catalog view columns read back as Python types on every backend (SQLite has neither
 # uuid nor timestamp types, so a view would otherwise hand back text).
 _GUID_COLUMNS = ("service_broker_guid", "conversation_handle", "conversation_id", "conversation_group_id",
-                 "outbound_session_key_identifier", "inbound_session_key_identifier", "key_guid")
+                 "outbound_session_key_identifier", "inbound_session_key_identifier", "key_guid",
+                 "cryptographic_provider_guid")
 _TIME_COLUMNS = ("create_date", "modify_date", "lifetime", "dialog_timer", "security_timestamp", "enqueue_time",
                  "last_empty_rowset_time", "last_activated_time", "start_date", "expiry_date",
                  "pvt_key_last_backup_date")
-_COLUMN_KINDS = {**{column: "guid" for column in _GUID_COLUMNS}, **{column: "time" for column in _TIME_COLUMNS}}
+_BINARY_COLUMNS = ("message_body", "sid", "thumbprint", "key_thumbprint")
+_COLUMN_KINDS = {**{column: "guid" for column in _GUID_COLUMNS}, **{column: "time" for column in _TIME_COLUMNS},
+                 **{column: "binary" for column in _BINARY_COLUMNS}}
+# The kinds SQL Server documents for the view columns a backend computes without declaring
+# a type: SQLite declares none for an expression, PostgreSQL types a bare NULL as text.
+# Column names keep one kind across the views, as in SQL Server's catalog.
+_COMPUTED_COLUMN_KINDS = {
+    **dict.fromkeys((
+        "object_id", "schema_id", "principal_id", "parent_object_id", "execute_as_principal_id",
+        "service_contract_id", "far_principal_id", "last_send_tran_id", "receive_sequence_frag",
+        "first_out_of_order_sequence", "last_out_of_order_frag", "database_id", "execute_as", "internal_type",
+        "parent_minor_id", "lob_data_space_id", "filestream_data_space_id", "key_length", "owning_principal_id",
+        "authentication_type", "default_language_lcid", "allow_encrypted_value_modifications", "credential_id",
+        "minor_id", "grantor_principal_id"), "number"),
+    **dict.fromkeys((
+        "name", "type", "type_desc", "validation_desc", "state", "state_desc", "internal_type_desc",
+        "key_algorithm", "algorithm_desc", "provider_type", "default_schema_name", "authentication_type_desc",
+        "default_language_name", "default_database_name", "pvt_key_encryption_type_desc", "string_sid",
+        "attested_by", "class_desc"), "text"),
+}
 VIEW_COLUMN_TYPES: dict[str, Any] = {
     **{column: GUID() for column in _GUID_COLUMNS},
     **{column: UTCDateTime() for column in _TIME_COLUMNS},
@@ -112,21 +132,26 @@ class Inspection:
         view = match.group(1)
         quoted = self._view_name(view)
         conditions, binds = [], []
+        postgres = self._state.engine.dialect.name == "postgresql"
         columns = _VIEW_COLUMNS.get((self._state.engine.dialect.name, view)) if where else {}
         if columns is None:
             columns = self._read(lambda ctx: _view_columns(ctx, view, quoted))
         for number, (column, value) in enumerate(where.items()):
             if _COLUMN_NAME.match(column) is None or column not in columns:
                 raise BrokerError(207, f"Invalid column name '{column}'.")
-            arguments.column_value(value, column, _COLUMN_KINDS.get(column))
+            declared = columns[column]
+            kind = _COLUMN_KINDS.get(column) or _COMPUTED_COLUMN_KINDS.get(column, declared)
+            arguments.column_value(value, column, kind)  # guids, times and binaries
             if isinstance(value, bool):  # the views' bit columns are integers (PostgreSQL compares no bool to them)
                 value = int(value)
-            kind = columns[column] if _COLUMN_KINDS.get(column) is None else None  # guids and times: checked above
-            if value is not None and kind is not None and isinstance(value, str) != (kind == "text"):
+            if value is not None and kind in ("number", "text") and isinstance(value, str) != (kind == "text"):
                 # PostgreSQL compares no number with text; SQLite would just match nothing.
                 raise BrokerError(206, f"Operand type clash: {type(value).__name__} is incompatible with the "
                                        f"column {column}.")
-            conditions.append(f'"{column}" = :where_{number}')
+            if postgres and declared == "text" and kind != "text":  # a bare NULL, which PostgreSQL types as text
+                conditions.append(f'"{column}" = CAST(:where_{number} AS TEXT)')
+            else:
+                conditions.append(f'"{column}" = :where_{number}')
             binds.append(bindparam(f"where_{number}", value, type_=VIEW_COLUMN_TYPES.get(column)))
         sql = f"SELECT * FROM {quoted}" + (f" WHERE {' AND '.join(conditions)}" if conditions else "")
         query = text(sql).bindparams(*binds).columns(**VIEW_COLUMN_TYPES)
@@ -196,7 +221,7 @@ class Inspection:
 
 
 # Each catalog view's columns, by backend: "number" or "text" where the backend declares
-# it, else None (PostgreSQL checks the kinds itself). The views are fixed by the schema
+# it, else None. The views are fixed by the schema
 # revision, which is this release's.
 _VIEW_COLUMNS: dict[tuple[str, str], dict[str, str | None]] = {}
 
@@ -208,9 +233,14 @@ def _view_columns(ctx: TxContext, view: str, quoted: str) -> dict[str, str | Non
         rows = ctx.conn.exec_driver_sql(f"PRAGMA table_xinfo({quoted})").all()
         known = {row[1]: _declared_kind(row[1], row[2]) for row in rows}
     else:
-        known = dict.fromkeys(ctx.conn.execute(text(f"SELECT * FROM {quoted} WHERE 1 = 0")).keys())
+        described = ctx.conn.exec_driver_sql(f"SELECT * FROM {quoted} WHERE 1 = 0").cursor.description
+        known = {name: _POSTGRES_KINDS.get(type_code) for name, type_code, *_ in described}
     _VIEW_COLUMNS[(backend, view)] = known
     return known
+
+
+_POSTGRES_KINDS: dict[object, str] = {16: "number", 20: "number", 21: "number", 23: "number", 1700: "number",
+                   25: "text", 1042: "text", 1043: "text"}  # bool, int8/2/4, numeric; text, char, varchar
 
 
 def _declared_kind(column: str, declared: str) -> str | None:

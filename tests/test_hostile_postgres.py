@@ -71,6 +71,29 @@ def test_a_catalog_filter_of_the_wrong_kind_is_206_on_every_backend(tutorial: br
     still_works(tutorial)
 
 
+def test_a_catalog_filter_on_a_column_a_backend_computes_is_checked_by_its_documented_kind(
+        tutorial: broker.Broker) -> None:
+    """SQLite declares no type for a computed view column, so a text filter on an int
+    column returned []; PostgreSQL types a bare NULL as text, so an int filter on
+    sys.procedures' object_id was 206. Both now follow SQL Server's documented types."""
+    assert number_of(lambda: tutorial.catalog("sys.service_queues", principal_id="dbo")) == 206
+    assert number_of(lambda: tutorial.catalog("sys.service_queues", type_desc=5)) == 206
+    assert number_of(lambda: tutorial.catalog("sys.database_principals", name=5)) == 206
+    assert number_of(lambda: tutorial.catalog("sys.transmission_queue", message_body="x")) == 206
+    assert number_of(lambda: tutorial.catalog("sys.services", name=b"x")) == 206
+    assert tutorial.catalog("sys.procedures", object_id=5) == []
+    assert tutorial.catalog("sys.dm_broker_activated_tasks", execute_as=1) == []
+    assert tutorial.catalog("sys.symmetric_keys", key_thumbprint=b"\x01") == []
+    queues = tutorial.catalog("sys.service_queues", type="SQ", principal_id=None)
+    assert queues == []  # = NULL matches nothing, as in SQL Server
+    assert {q["type_desc"] for q in tutorial.catalog("sys.service_queues", type="SQ")} == {"SERVICE_QUEUE"}
+    dbo = tutorial.catalog("sys.database_principals", name="dbo")
+    assert [row["name"] for row in dbo] == ["dbo"]
+    if dbo[0]["sid"] is not None:
+        assert [row["name"] for row in tutorial.catalog("sys.database_principals", sid=dbo[0]["sid"])] == ["dbo"]
+    still_works(tutorial)
+
+
 # -- tx.query's parameters ---------------------------------------------------------------
 
 

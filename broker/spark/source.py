@@ -13,9 +13,10 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 import broker
+from broker.errors import OUT_OF_RANGE, InvalidArgumentError
 from broker.spark import SOURCE_NAME
 from broker.spark.columns import RECEIVE_COLUMNS, ddl
-from broker.spark.options import SourceOptions
+from broker.spark.options import SourceOptions, checked_sink_id, missing
 from broker.spark.readers import QueueReader, QueueStreamReader, ViewReader
 from broker.spark.sinks import checkpoint_sink_id
 from broker.spark.staging import check_columns
@@ -40,8 +41,7 @@ class ServiceBrokerSource(DataSource):
         options = SourceOptions.parse(self.options)
         if options.view:
             return ViewReader(options, view_columns(options.url, options.view))
-        if not options.queue:
-            raise ValueError("servicebroker: option 'queue' or 'view' is required to read")
+        options.require_queue()
         return QueueReader(options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
@@ -58,13 +58,16 @@ class ServiceBrokerSource(DataSource):
             return MessageStreamWriter(options, options.sink_id)
         if options.checkpoint:
             # Planned on the driver's machine, where the checkpoint is.
-            return MessageStreamWriter(options, checkpoint_sink_id(options.checkpoint))
-        raise ValueError("servicebroker: a streaming write needs option 'checkpointLocation' or 'sinkId'")
+            sink_id = checked_sink_id(checkpoint_sink_id(options.checkpoint),
+                                      "sink id made of option 'checkpointLocation' (give a shorter sinkId)")
+            return MessageStreamWriter(options, sink_id)
+        raise missing("option 'checkpointLocation' or 'sinkId' for a streaming write")
 
 
 def _write_options(given: Mapping[str, str], schema: StructType, overwrite: bool) -> SourceOptions:
     if overwrite:
-        raise ValueError("servicebroker: SEND appends; use mode('append')")
+        raise InvalidArgumentError(OUT_OF_RANGE, "The servicebroker data source SENDs, which appends: "
+                                                 "use mode('append').")
     check_columns(schema.fieldNames())
     options = SourceOptions.parse(given)
     broker.connect(options.url).dispose()  # creates or upgrades the staging tables (planner side, once)

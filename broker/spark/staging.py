@@ -33,7 +33,7 @@ from sqlalchemy.pool import NullPool
 import broker
 from broker import arguments
 from broker.conversations.endpoints import as_handle
-from broker.errors import BrokerError
+from broker.errors import MISSING_OPTION, BrokerError, InvalidArgumentError
 from broker.storage.engine import create_broker_engine
 from broker.storage.models import SparkSink, SparkStagedMessage
 
@@ -49,11 +49,11 @@ def check_columns(names: Sequence[str]) -> None:
     """Fail at analysis, not in a task, when a DataFrame cannot be written as messages."""
     unknown = sorted(set(names) - set(COLUMNS))
     if unknown:
-        raise ValueError(f"servicebroker: cannot write column(s) {', '.join(unknown)}; "
-                         f"the columns are {', '.join(COLUMNS)}")
+        raise InvalidArgumentError(207, f"Invalid column name '{unknown[0]}': servicebroker cannot write "
+                                        f"column(s) {', '.join(unknown)}; the columns are {', '.join(COLUMNS)}.")
     if "conversation_handle" not in names and not {"from_service", "to_service"} <= set(names):
-        raise ValueError("servicebroker: a written row needs conversation_handle, "
-                         "or from_service and to_service to begin a dialog")
+        raise InvalidArgumentError(MISSING_OPTION, statement="A row written to servicebroker",
+                                   names="column conversation_handle, or from_service and to_service to begin a dialog")
 
 
 def stage(url: str, job: str, batch_id: int | None, partition_id: int, rows: Iterable[Mapping[str, Any]]) -> str:

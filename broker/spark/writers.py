@@ -11,7 +11,7 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from broker.spark import staging
-from broker.spark.options import SourceOptions
+from broker.spark.options import SourceOptions, missing
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class MessageWriter(DataSourceArrowWriter):
         self.options = options
         self.batch_id = options.batch_id
         if self.batch_id is not None and not options.sink_id:
-            raise ValueError("servicebroker: option 'batchId' needs option 'sinkId'")
+            raise missing("option 'sinkId' beside option 'batchId'")
         self.job = options.sink_id if self.batch_id is not None and options.sink_id else f"job:{uuid.uuid4()}"
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedTask:

@@ -1,0 +1,71 @@
+"""The servicebroker data source's options: a bad one is refused, numbered, before any
+task runs (docs/spark.md), on the driver's side."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+from broker.errors import InvalidArgumentError
+from broker.spark.options import LONGEST_SINK_ID, SourceOptions
+from broker.spark.source import ServiceBrokerSource
+
+pytestmark = pytest.mark.spark
+
+URL = "sqlite:///never-opened.db"
+
+
+@pytest.mark.parametrize(("options", "number"), [
+    ({}, 59004),
+    ({"url": ""}, 59004),
+    ({"url": URL, "queue": "q", "view": "sys.services"}, 59002),
+    ({"url": URL, "partitions": "0"}, 59002),
+    ({"url": URL, "partitions": "257"}, 59002),  # a group's partition is its id's last byte % partitions
+    ({"url": URL, "partitions": "9" * 30}, 59002),  # planned as that many partitions, it never ended
+    ({"url": URL, "partitions": "\u0663"}, 59002),  # int() reads an Arabic-Indic 3
+    ({"url": URL, "maxRowsPerBatch": " 5"}, 59002),
+    ({"url": URL, "maxRowsPerBatch": "1_000"}, 59002),
+    ({"url": URL, "batchId": "-1"}, 59002),
+    ({"url": URL, "sinkId": "s" * (LONGEST_SINK_ID + 1)}, 103),  # PostgreSQL refused it mid-batch, raw
+    ({"url": URL, "sinkId": "a\x00b"}, 102),
+])
+def test_a_bad_option_is_a_numbered_value_error(options: dict[str, str], number: int) -> None:
+    with pytest.raises(InvalidArgumentError) as caught:
+        SourceOptions.parse(options)
+    assert caught.value.number == number
+    assert isinstance(caught.value, ValueError)
+
+
+def test_the_widest_options_are_taken() -> None:
+    options = SourceOptions.parse({"url": URL, "Partitions": "256", "MAXROWSPERBATCH": "1",
+                                   "sinkId": "s" * LONGEST_SINK_ID, "batchId": "0"})
+    assert (options.partitions, options.max_rows_per_batch, options.batch_id) == (256, 1, 0)
+
+
+def test_a_checkpoint_too_long_to_name_its_sink_asks_for_a_sink_id(tmp_path: Path) -> None:
+    """The sink id of a checkpoint is its location plus a random part; past the sinks
+    table's 1024 characters PostgreSQL refused it in the middle of the first batch."""
+    location = tmp_path.joinpath(*["d" * 200] * 5)
+    schema = StructType([StructField("conversation_handle", StringType()), StructField("message_body", BinaryType())])
+    source = ServiceBrokerSource({"url": f"sqlite:///{tmp_path / 'b.db'}", "checkpointLocation": str(location)})
+    with pytest.raises(InvalidArgumentError) as caught:
+        source.streamWriter(schema, False)
+    assert caught.value.number == 103
+    assert "sinkId" in str(caught.value)
+
+
+@pytest.mark.parametrize(("make", "number"), [
+    (lambda source, schema: source.writer(schema, True), 59002),  # overwrite: SEND only appends
+    (lambda source, schema: source.writer(StructType([StructField("body", BinaryType())]), False), 207),
+    (lambda source, schema: source.writer(StructType([StructField("message_body", BinaryType())]), False), 59004),
+    (lambda source, schema: source.streamWriter(schema, False), 59004),  # no checkpointLocation, no sinkId
+    (lambda source, schema: source.reader(schema), 59004),  # neither queue nor view
+])
+def test_a_write_or_read_that_cannot_be_planned_is_numbered(make, number: int, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    schema = StructType([StructField("conversation_handle", StringType()), StructField("message_body", BinaryType())])
+    source = ServiceBrokerSource({"url": f"sqlite:///{tmp_path / 'b.db'}"})
+    with pytest.raises(InvalidArgumentError) as caught:
+        make(source, schema)
+    assert caught.value.number == number

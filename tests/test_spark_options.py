@@ -7,10 +7,14 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+from sqlalchemy import func, select
 
-from broker.errors import InvalidArgumentError
+import broker
+from broker.errors import BrokerError, InvalidArgumentError
+from broker.spark import staging
 from broker.spark.options import LONGEST_SINK_ID, SourceOptions
 from broker.spark.source import ServiceBrokerSource
+from broker.storage.models import SparkStagedMessage
 
 pytestmark = pytest.mark.spark
 
@@ -69,3 +73,19 @@ def test_a_write_or_read_that_cannot_be_planned_is_numbered(make, number: int, t
     with pytest.raises(InvalidArgumentError) as caught:
         make(source, schema)
     assert caught.value.number == number
+
+
+@pytest.mark.parametrize(("row", "number"), [
+    ({"from_service": "a" * 257, "to_service": "//b"}, 103),  # PostgreSQL: a raw DataError in the task
+    ({"from_service": "//a", "to_service": "//b\x00"}, 102),
+    ({"from_service": "//a", "to_service": "//b", "message_type": "t" * 129}, 103),
+    ({"from_service": "//a", "to_service": "//b", "contract": 5}, 206),
+    ({"conversation_handle": "not a handle"}, 8426),
+])
+def test_a_written_row_the_staging_table_cannot_hold_fails_its_task_numbered(
+        db: broker.Broker, db_url: str, row: dict[str, object], number: int) -> None:
+    with pytest.raises(BrokerError) as caught:
+        staging.stage(db_url, "job:test", None, 0, [{"message_body": b"x"}, row])
+    assert caught.value.number == number
+    with db.engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(SparkStagedMessage)).scalar_one() == 0

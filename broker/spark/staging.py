@@ -79,12 +79,17 @@ def stage(url: str, job: str, batch_id: int | None, partition_id: int, rows: Ite
 def _staged(row: Mapping[str, Any], job: str, batch_id: int | None, token: str, partition_id: int,
             now: datetime) -> dict[str, Any]:
     handle = row.get("conversation_handle")
+    # Checked here, as the staging table's columns take them on every backend (PostgreSQL
+    # refused a longer name, or a NUL, with a raw error); SEND checks the rest.
     return {
         "job": job, "batch_id": batch_id, "token": token, "partition_id": partition_id,
         "conversation_handle": None if handle is None else as_handle(handle),
-        "from_service": row.get("from_service"), "to_service": row.get("to_service"),
-        "contract": row.get("contract"), "message_type": row.get("message_type"),
-        "dialog_key": row.get("dialog_key"), "message_body": arguments.body(row.get("message_body")),
+        "from_service": arguments.optional_text(row.get("from_service"), "from_service", longest=256),
+        "to_service": arguments.optional_text(row.get("to_service"), "to_service", longest=256),
+        "contract": arguments.optional_text(row.get("contract"), "contract", longest=arguments.SYSNAME),
+        "message_type": arguments.optional_text(row.get("message_type"), "message_type", longest=arguments.SYSNAME),
+        "dialog_key": arguments.optional_text(row.get("dialog_key"), "dialog_key"),
+        "message_body": arguments.body(row.get("message_body")),
         "staged_at": now,
     }
 

@@ -20,7 +20,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -28,7 +27,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from types import FrameType
 
 import click
 
@@ -37,6 +35,7 @@ from broker.ddl.certificates import create_certificate, thumbprint
 from cli.demo import cleanup_conversations, drop_earlier_run, more, receive_one, reply_and_end, say, show_queue, text
 from cli.demo_between import sqlite_url
 from cli.render import plural
+from cli.signals import ending_on
 
 REQUEST_TYPE = "//BothDB/2InstSample/RequestMessage"
 REPLY_TYPE = "//BothDB/2InstSample/ReplyMessage"
@@ -280,7 +279,7 @@ def _serving(folder: Path, sides: Sequence[Opened]) -> Iterator[list[Server]]:
     listening; on leaving, however it happens, every process is stopped."""
     servers: list[Server] = []
     try:
-        with _sigterm_ends_the_demo():
+        with ending_on(signal.SIGTERM):  # a SIGTERM to the demo stops the processes too
             for opened in sides:
                 servers.append(_start(folder, opened.side))
             say(6, "Started a `broker --instance URL run` process for each instance; each serves its database")
@@ -292,25 +291,6 @@ def _serving(folder: Path, sides: Sequence[Opened]) -> Iterator[list[Server]]:
             yield servers
     finally:
         _stop(servers)
-
-
-@contextmanager
-def _sigterm_ends_the_demo() -> Iterator[None]:
-    """While the demo runs processes, a SIGTERM to it ends it as Ctrl-C does: through
-    the clause that stops them (in the main thread, where signals arrive). While it
-    stops them, SIGTERM is back to what it was."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def leave(number: int, _frame: FrameType | None) -> None:
-        raise SystemExit(128 + number)
-
-    previous = signal.signal(signal.SIGTERM, leave)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _start(folder: Path, side: Side) -> Server:

@@ -10,6 +10,7 @@ traceback. Command modules import SQLAlchemy, Alembic and rich only when they ru
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -59,11 +60,24 @@ class BrokerGroup(click.Group):
         sys.exit(outcome if isinstance(outcome, int) else 0)
 
 
+def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Refuse an option given empty, or its variable set but empty (which click takes as
+    unset, so that BROKER_URL="" silently meant the default database)."""
+    if value == "":
+        raise click.BadParameter("it is empty: give a value or leave the option out", ctx, param)
+    variable = getattr(param, "envvar", None)
+    if (isinstance(variable, str) and os.environ.get(variable) == ""
+            and ctx.get_parameter_source(param.name or "") == ParameterSource.DEFAULT):
+        raise click.BadParameter(f"{variable} is set but empty: unset it, or set it to a value", ctx, param)
+    return value
+
+
 @click.group("broker", cls=BrokerGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--db",
     "url",
     envvar="BROKER_URL",
+    callback=_not_empty,
     default=DEFAULT_URL,
     show_default=True,
     help="Database URL (SQLAlchemy form); also read from BROKER_URL.",
@@ -72,6 +86,7 @@ class BrokerGroup(click.Group):
     "--instance",
     "instance_url",
     envvar="BROKER_INSTANCE",
+    callback=_not_empty,
     metavar="URL",
     help="Instance catalog URL, instead of --db: its databases, routes, run and status; "
     "also read from BROKER_INSTANCE.",
@@ -80,6 +95,7 @@ class BrokerGroup(click.Group):
     "--database",
     "database_name",
     envvar="BROKER_DATABASE",
+    callback=_not_empty,
     type=DATABASE,
     metavar="NAME",
     help="With --instance: the member database that the other commands work on; "
@@ -102,7 +118,8 @@ def cli(
     together): `database`, `run`, `status` and the route commands then act on the whole
     instance, and --database NAME picks the member the other commands work on. Give
     --db or --instance, not both (when one is on the command line and the other in the
-    environment, the command line wins).
+    environment, the command line wins). A SQLite file that is not there is created by
+    every command but current and downgrade, which say error 911.
 
     \b
     Start with the tutorial conversation:

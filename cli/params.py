@@ -187,8 +187,10 @@ WAIT_TIME = WaitTime()
 
 
 class Revision(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
-    """A catalog revision as Alembic names one: an id, ``head``, ``base``, ``+1``, ``branch@head``.
+    """A catalog revision as Alembic names one: an id, ``head``, ``base``, ``+1``, ``-1``, ``branch@head``.
 
+    Anything else that starts with ``-`` is an option the command does not have (``upgrade``
+    and ``downgrade`` take unknown options as their argument, so that ``-1`` is one).
     Alembic asserts (rather than reports) that no part around ``@`` is empty.
     """
 
@@ -198,6 +200,8 @@ class Revision(click.ParamType):  # type: ignore[type-arg]  # generic only in ne
         text = _gated(self, lambda: arguments.text(value, "revision", longest=SYSNAME), param, ctx)
         if not all(text.split("@")):
             self.fail(f"{value!r} is no revision: give an id, head, base or a step such as +1", param, ctx)
+        if text.startswith("-") and not text[1:].isdigit():  # taken as an argument only to let -1 through
+            raise click.NoSuchOption(text, ctx=ctx)
         return text
 
 

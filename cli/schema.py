@@ -15,7 +15,7 @@ import click
 
 from cli.params import REVISION
 from cli.render import emit, json_option
-from cli.state import CliState, pass_state
+from cli.state import CliState, must_exist, pass_state
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -35,26 +35,30 @@ def init(state: CliState) -> None:
     _migrate(state, schema.upgrade, "head")
 
 
-@click.command()
+# A step ("+1", and "-1", which is refused as no upgrade) is a REVISION, not an unknown
+# option, as in Alembic's own command line.
+@click.command(context_settings={"ignore_unknown_options": True})
 @click.argument("revision", type=REVISION, default="head")
 @pass_state
 def upgrade(state: CliState, revision: str) -> None:
-    """Upgrade the catalog to REVISION (default: head).
+    """Upgrade the catalog to REVISION (default: head): an id, head, or a step up such as +1.
 
     \b
     Example:
       broker upgrade
       broker upgrade 0001
+      broker upgrade +1
     """
     from broker.storage import schema
 
     _migrate(state, schema.upgrade, revision)
 
 
-# A step down ("-1") is a REVISION, not an unknown option.
+# A step down ("-1") is a REVISION, not an unknown option, as in Alembic's own command line.
 @click.command(context_settings={"ignore_unknown_options": True})
 @click.argument("revision", type=REVISION)
 @pass_state
+@must_exist
 def downgrade(state: CliState, revision: str) -> None:
     """Downgrade the catalog to REVISION: an id, base, or a step down such as -1.
 
@@ -72,6 +76,7 @@ def downgrade(state: CliState, revision: str) -> None:
 
 @click.command()
 @pass_state
+@must_exist
 def current(state: CliState) -> None:
     """Print the catalog revision of the database.
 

@@ -12,10 +12,17 @@ Two ways to name what a command works on:
   commands are that member's too.
 
 ``main.cli`` settles which one a command line means before any command runs.
+
+``current`` and ``downgrade`` (marked :func:`must_exist`) on a SQLite file that is not
+there are error 911 and leave no file behind: the revision of a database that is not
+there is no revision. The other commands create it, as ``broker.connect`` does (a
+listing then shows the new database's objects).
 """
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -30,6 +37,7 @@ if TYPE_CHECKING:
     import broker
 
 T = TypeVar("T")
+F = TypeVar("F", bound="Callable[..., Any]")
 
 DEFAULT_URL = "sqlite:///broker.db"
 
@@ -41,6 +49,7 @@ class CliState:
     def __init__(self, url: str = DEFAULT_URL, *, debug: bool = False) -> None:
         self.url = url
         self.debug = debug
+        self.must_exist = False  # a command that must not create its database (see must_exist)
         self.instance_url: str | None = None
         self.database_name: str | None = None
         self._engine: Engine | None = None
@@ -69,12 +78,13 @@ class CliState:
             from broker.storage.engine import create_broker_engine
 
             if self.instance_url is None:
-                self._engine = _bad_url_is_usage_error(lambda: create_broker_engine(self.url), "--db")
+                self._engine = _bad_url_is_usage_error(lambda: create_broker_engine(self._there(self.url)), "--db")
             elif self.database_name is None:
                 instance_url = self.instance_url
-                self._engine = _bad_url_is_usage_error(lambda: create_broker_engine(instance_url), "--instance")
+                self._engine = _bad_url_is_usage_error(
+                    lambda: create_broker_engine(self._there(instance_url)), "--instance")
             else:
-                self._engine = create_broker_engine(self.member_url())
+                self._engine = create_broker_engine(self._there(self.member_url()))
         return self._engine
 
     def db(self) -> broker.Broker:
@@ -88,11 +98,12 @@ class CliState:
                         "this command works on one database: with --instance, give --database NAME "
                         "(a member: broker --instance URL database list), or give --db URL instead"
                     )
+                self._there(self.member_url())
                 self._db = self.instance().database(self.database_name)
             else:
                 from broker.database import connect
 
-                self._db = _bad_url_is_usage_error(lambda: connect(self.url), "--db")
+                self._db = _bad_url_is_usage_error(lambda: connect(self._there(self.url)), "--db")
         return self._db
 
     def instance(self) -> broker.Instance:
@@ -103,8 +114,18 @@ class CliState:
                 raise click.UsageError("this command works on an instance: give --instance URL (or BROKER_INSTANCE)")
             import broker
 
-            self._instance = _bad_url_is_usage_error(lambda: broker.instance(instance_url), "--instance")
+            self._instance = _bad_url_is_usage_error(lambda: broker.instance(self._there(instance_url)), "--instance")
         return self._instance
+
+    def _there(self, url: str) -> str:
+        """``url``, once it is known to name a database that is there, if the command must
+        not create it: 911 for a SQLite file that is not (after the URL's own checks, 59011 and
+        5120). A PostgreSQL database is never created: the server says it is missing."""
+        if self.must_exist:
+            from broker.storage.engine import existing_database
+
+            existing_database(url, "broker init")
+        return url
 
     def route_owner(self) -> Any:
         """Whose routes ``create|alter|drop route`` and ``show routes`` change and list: the
@@ -153,6 +174,32 @@ class CliState:
             self._db.dispose()
         if self._engine is not None:
             self._engine.dispose()
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file a SQLite URL names (None for another backend or a URL that does not parse)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    from broker.storage.urls import sqlite_file
+
+    try:
+        path = sqlite_file(make_url(url))
+    except ArgumentError:
+        return None
+    return None if path is None else Path(path)
+
+
+def must_exist(callback: F) -> F:
+    """Mark a command that cannot work on a new database: on a SQLite file that is not
+    there it is 911, instead of creating one; put it under ``@click.command``."""
+
+    @functools.wraps(callback)
+    def marked(*args: Any, **kwargs: Any) -> Any:
+        click.get_current_context().ensure_object(CliState).must_exist = True
+        return callback(*args, **kwargs)
+
+    return marked  # type: ignore[return-value]
 
 
 def hidden_password(url: str) -> str:

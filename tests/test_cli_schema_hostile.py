@@ -1,7 +1,7 @@
 """Hostile input to the schema commands and to ``broker import``, on SQLite and PostgreSQL.
 
 Relative revisions that walk past head or base, a version table that holds several rows or
-a later release's revision, ``downgrade -1``, and import lines with no end: each refused in
+a later release's revision, ``downgrade -1`` and ``upgrade -1``, and import lines with no end: each refused in
 one line on stderr with exit 1 (a number where the broker has one), the database unchanged.
 """
 
@@ -92,6 +92,27 @@ def test_downgrade_takes_a_step_down_as_its_argument(url: str) -> None:
     assert invoke(url, "downgrade", "-1").stdout == "database at revision 0012\n"
     assert invoke(url, "downgrade", "--", "-1").stdout == "database at revision 0011\n"
     assert invoke(url, "upgrade", "+2").stdout == f"database at revision {HEAD}\n"
+
+
+def test_upgrade_takes_a_step_down_as_its_argument_and_refuses_it(url: str) -> None:
+    """``upgrade -1`` was click's "No such option"; Alembic's own command line takes -1 as the
+    revision, and a step down is no upgrade: one line saying which command takes it."""
+    for args in (("upgrade", "-1"), ("upgrade", "--", "-1")):
+        line = refused(invoke(url, *args), f"error: Relative revision '-1' steps down from {HEAD}, ")
+        assert line.endswith("and an upgrade only goes up: downgrade -1"), line
+    assert invoke(url, "downgrade", "-2").stdout == "database at revision 0011\n"
+    line = refused(invoke(url, "downgrade", "+1"), "error: Relative revision '+1' steps up from 0011")
+    assert line.endswith("a downgrade only goes down: upgrade +1"), line
+    assert revisions(url) == ["0011"]
+    assert invoke(url, "upgrade", "+2").stdout == f"database at revision {HEAD}\n"
+
+
+@pytest.mark.parametrize("command", ["upgrade", "downgrade"])
+def test_an_option_the_schema_commands_lack_is_still_a_usage_error(url: str, command: str) -> None:
+    result = invoke(url, command, "--sql")
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    assert result.stderr.startswith(f"error: No such option '--sql'. See 'broker {command} --help'."), result.stderr
+    assert revisions(url) == [HEAD]
 
 
 # -- a damaged or newer version table ------------------------------------------------------

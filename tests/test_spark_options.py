@@ -1,13 +1,16 @@
-"""The servicebroker data source's options: a bad one is refused, numbered, before any
-task runs (docs/spark.md), on the driver's side."""
+"""The servicebroker data source's options and what it is pointed at: a bad option, a
+row the staging table cannot hold, a database that is not there or holds no broker are
+each refused with a number (docs/spark.md), never a raw driver error or a new file."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 from sqlalchemy import func, select
+from sqlalchemy.engine import make_url
 
 import broker
 from broker.errors import BrokerError, InvalidArgumentError
@@ -89,3 +92,39 @@ def test_a_written_row_the_staging_table_cannot_hold_fails_its_task_numbered(
     assert caught.value.number == number
     with db.engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(SparkStagedMessage)).scalar_one() == 0
+
+
+def _read_all(options: dict[str, str]) -> list[object]:
+    """Plan a batch read of ``options`` and run its first partition, as Spark would."""
+    source = ServiceBrokerSource(options)
+    reader = source.reader(StructType([]))  # the readers take their columns from the database
+    return list(reader.read(reader.partitions()[0]))
+
+
+@pytest.mark.parametrize("read", [{"view": "sys.services"}, {"queue": "Orders"}], ids=["view", "queue"])
+def test_a_read_of_a_sqlite_file_that_is_not_there_is_911_and_creates_none(
+        tmp_path: Path, read: dict[str, str]) -> None:
+    """The read opened the path with a plain engine: SQLite made an empty file, then a
+    raw NoSuchTableError or OperationalError came out of the task."""
+    with pytest.raises(BrokerError) as caught:
+        _read_all({"url": f"sqlite:///{tmp_path / 'typo.db'}", **read})
+    assert caught.value.number == 911
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.empty_database
+@pytest.mark.parametrize("read", [{"view": "sys.services"}, {"queue": "Orders"}], ids=["view", "queue"])
+def test_a_read_of_a_database_without_the_broker_catalog_is_208(db_url: str, read: dict[str, str]) -> None:
+    if db_url.startswith("sqlite"):
+        sqlite3.connect(make_url(db_url).database or "").close()  # an empty SQLite file
+    with pytest.raises(BrokerError) as caught:
+        _read_all({"url": db_url, **read})
+    assert caught.value.number == 208
+    assert next(iter(read.values())) in str(caught.value)
+
+
+@pytest.mark.parametrize("url", ["bogus://x", "sqlite:///x.db?mode=ro&uri=true", "sqlite:///x.db?isolation_level=NONE"])
+def test_a_read_of_a_url_the_broker_cannot_use_is_59011(url: str) -> None:
+    with pytest.raises(BrokerError) as caught:
+        _read_all({"url": url, "view": "sys.services"})
+    assert caught.value.number == 59011

@@ -17,8 +17,7 @@ from sqlalchemy import and_, select
 from sqlalchemy.engine import Connection
 
 from broker.spark.dialects import dialect_for
-from broker.spark.reading import READY, queue_info
-from broker.storage.catalog import load_catalog
+from broker.spark.reading import READY, queue_named
 from broker.storage.queue_tables import queue_table
 
 
@@ -37,7 +36,7 @@ class SafeOffsets:
         The maximum is read before the writers: a transaction that drew an order below
         it and has not committed is still writing, so it is in the set read after.
         """
-        table = queue_table(queue_info(load_catalog(conn), self.queue).table_name)
+        table = queue_table(queue_named(conn, self.queue)[1].table_name)
         top = int(conn.execute(select(table.c.queuing_order).order_by(table.c.queuing_order.desc()).limit(1))
                   .scalar() or 0)
         writers = dialect_for(conn).writers_in_flight(conn, table.name)
@@ -54,7 +53,7 @@ class SafeOffsets:
 
 def nth_ready(conn: Connection, queue: str, after: int, upto: int, rows: int) -> int:
     """The queuing order of the ``rows``-th ready message in (after, upto], or ``upto``."""
-    table = queue_table(queue_info(load_catalog(conn), queue).table_name)
+    table = queue_table(queue_named(conn, queue)[1].table_name)
     order = table.c.queuing_order
     found = conn.execute(
         select(order).where(and_(table.c.status == READY, order > after, order <= upto))

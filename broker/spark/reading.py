@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 from sqlalchemy import Engine, Select, String, Table, and_, cast, create_engine, select
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
 from broker.conversations.receiving import RECEIVE_OUTPUT_STATUS
@@ -22,6 +23,7 @@ from broker.errors import BrokerError
 from broker.spark.columns import RECEIVE_COLUMNS, arrow_schema, record_batch
 from broker.spark.dialects import dialect_for
 from broker.storage.catalog import Catalog, QueueInfo, load_catalog
+from broker.storage.engine import existing_database
 from broker.storage.queue_tables import queue_table
 
 BATCH_ROWS = 10_000
@@ -31,8 +33,10 @@ RECEIVE_SCHEMA = arrow_schema(RECEIVE_COLUMNS)
 
 @contextmanager
 def reading(url: str) -> Iterator[Connection]:
-    """A connection for reads only, on an engine of its own (closed on exit)."""
-    engine: Engine = create_engine(url, poolclass=NullPool)
+    """A connection for reads only, on an engine of its own (closed on exit). The URL is
+    checked as ``broker.connect`` checks it (59011, 5120), and a SQLite file that is not
+    there is 911: a read creates no database."""
+    engine: Engine = create_engine(existing_database(url, "broker.connect"), poolclass=NullPool)
     try:
         with engine.connect() as conn:
             yield conn
@@ -40,11 +44,24 @@ def reading(url: str) -> Iterator[Connection]:
         engine.dispose()
 
 
-def queue_info(catalog: Catalog, name: str) -> QueueInfo:
+def queue_named(conn: Connection, name: str) -> tuple[Catalog, QueueInfo]:
+    """The catalog and the queue called ``name``: 208 when there is no such queue, or no
+    broker catalog in the database at all."""
+    try:
+        catalog = load_catalog(conn)
+    except DBAPIError as exc:
+        if not no_such_table(exc):
+            raise
+        raise BrokerError(208, f"Invalid object name '{name}'.") from None
     queue = catalog.queue_named(name)
     if queue is None:
         raise BrokerError(208, f"Invalid object name '{name}'.")
-    return queue
+    return catalog, queue
+
+
+def no_such_table(exc: DBAPIError) -> bool:
+    """Whether the database said a table is not there (SQLite's text, PostgreSQL's 42P01)."""
+    return "no such table" in str(exc.orig) or getattr(exc.orig, "sqlstate", None) == "42P01"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +90,7 @@ def read_slice(url: str, part: QueueSlice) -> Iterator[pa.RecordBatch]:
     rows show status 0, as RECEIVE's output does; batch rows show the stored status.
     """
     with reading(url) as conn:
-        catalog = load_catalog(conn)
-        queue = queue_info(catalog, part.queue)
+        catalog, queue = queue_named(conn, part.queue)
         table = queue_table(queue.table_name)
         query = _slice_query(conn, table, part)
         result = conn.execution_options(stream_results=True).execute(query)

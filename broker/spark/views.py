@@ -13,6 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 from sqlalchemy import Boolean, DateTime, Integer, LargeBinary, Uuid
+from sqlalchemy.exc import NoSuchTableError
 from sqlalchemy.types import NullType
 
 import broker
@@ -36,7 +37,10 @@ def view_columns(url: str, name: str) -> Columns:
     """(column, Spark type) of a catalog view, in the view's order."""
     view = view_name(name)
     with reading(url) as conn:
-        reflected = dialect_for(conn).view_columns(conn, view)
+        try:
+            reflected = dialect_for(conn).view_columns(conn, view)
+        except NoSuchTableError:  # a database without the broker's catalog
+            raise BrokerError(208, f"Invalid object name '{name}'.") from None
     return [(column["name"], _spark_type(column["name"], column["type"])) for column in reflected]
 
 

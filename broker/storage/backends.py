@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 from sqlalchemy import Engine, event, text
 from sqlalchemy.engine import Connection
@@ -31,6 +30,7 @@ from sqlalchemy.engine import Connection
 from broker.errors import BrokerError
 from broker.storage import runtime_marks
 from broker.storage.queue_tables import QueueStatements, TakenRows, take_rows
+from broker.storage.urls import sqlite_file
 from broker.storage.waiting import CommitWatch, QueueNotifier, wait_for_queue
 from broker.storage.write_lock import LEND_AFTER_S, close_if_idle, forked_while_writing, write_lock
 
@@ -248,10 +248,7 @@ class Backend:
     def database_key(self, engine: Engine) -> str:
         """One key per database, shared by every engine of this process that opens it:
         the file's path, a ``file:`` URI's too (its lock file lies beside the file)."""
-        database = engine.url.database or ""
-        if engine.url.query.get("uri") and database.startswith("file:"):
-            database = unquote(urlsplit(database).path)
-        return _resolved(database)
+        return _resolved(sqlite_file(engine.url) or "")
 
     def let_go(self, engine: Engine) -> None:
         """``engine``'s connections are closed: let go of what else this process keeps open

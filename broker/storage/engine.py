@@ -26,11 +26,11 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, ExceptionContext, make_url
 from sqlalchemy.exc import ArgumentError
-from sqlalchemy.util import asbool
 
 from broker.errors import BAD_URL, DRIVER_MISSING, ArgumentTypeError, BrokerError, InvalidArgumentError
 from broker.storage import pending
 from broker.storage.backends import backend_for
+from broker.storage.urls import file_uri, sqlite_file
 
 # backend -> the one driver the broker runs it on (the listener speaks psycopg 3)
 DRIVERS = {"sqlite": "pysqlite", "postgresql": "psycopg"}
@@ -48,17 +48,13 @@ LONGEST_BUSY_TIMEOUT_S = 2_147_483.647  # PRAGMA busy_timeout takes milliseconds
 # PostgreSQL: how long connecting may take unless the URL says (connect_timeout=): a
 # server that accepts and never answers would hang every command for good.
 POSTGRES_CONNECT_TIMEOUT_S = 15  # as SQL Server clients (ADO.NET, ODBC) default to
+NO_DATABASE = 911  # SQL Server's "Database '%.*ls' does not exist"
 
 
 def create_broker_engine(url: str, **kwargs: Any) -> Engine:
     """Create an engine for ``url`` with the broker's connection settings applied."""
-    parsed = parse_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        check_sqlite_file(url, parsed)
-    else:
-        if not parsed.database and not {"dbname", "service"} & set(parsed.query) and not os.environ.get("PGDATABASE"):
-            raise _bad_url(url, "it names no database (postgresql+psycopg://USER@HOST/DATABASE); the server's "
-                                "default one is not taken for it")
+    parsed = checked_url(url)
+    if parsed.get_backend_name() != "sqlite":
         # Text travels as UTF-8 whatever the URL or the server's default says: another
         # client encoding fails on names it cannot carry, outside any numbered error.
         timeout = {} if "connect_timeout" in parsed.query else {"connect_timeout": POSTGRES_CONNECT_TIMEOUT_S}
@@ -76,6 +72,31 @@ def create_broker_engine(url: str, **kwargs: Any) -> Engine:
     pending.install(engine)  # first: held-back writes are flushed before the backend's commit
     backend_for(engine).configure(engine)
     return engine
+
+
+def checked_url(url: str) -> URL:
+    """``url`` parsed and checked (:func:`parse_url`, :func:`check_sqlite_file`), or the
+    numbered error for what the broker cannot use."""
+    parsed = parse_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        check_sqlite_file(url, parsed)
+    elif not parsed.database and not {"dbname", "service"} & set(parsed.query) and not os.environ.get("PGDATABASE"):
+        raise _bad_url(url, "it names no database (postgresql+psycopg://USER@HOST/DATABASE); the server's "
+                            "default one is not taken for it")
+    return parsed
+
+
+def existing_database(url: str, creator: str) -> URL:
+    """:func:`checked_url`, and 911 for a SQLite file that is not there: for what reads
+    a database, or changes one that must exist, and must not create an empty file (SQLite
+    creates the file it is asked to open). ``creator`` is what the message tells to run
+    instead. A PostgreSQL database is never created."""
+    parsed = checked_url(url)
+    path = sqlite_file(parsed)
+    if path is not None and not os.path.exists(path):
+        raise BrokerError(NO_DATABASE, f"Database '{path}' does not exist. Make sure that the name is entered "
+                                       f"correctly ({creator} creates a database).")
+    return parsed
 
 
 def parse_url(url: object) -> URL:
@@ -110,7 +131,7 @@ def check_sqlite_file(url: str, parsed: URL) -> None:
     if database in ("", ":memory:") or database.startswith("file::memory:") or parsed.query.get("mode") == "memory":
         raise _bad_url(url, "the broker needs a SQLite file (several connections share its locks)")
     _check_sqlite_parameters(url, parsed)
-    if _file_uri(parsed):
+    if file_uri(parsed):
         if not database.startswith("file:"):
             raise _bad_url(url, "with uri=true the database is a file: URI (sqlite:///file:PATH?mode=ro&uri=true)")
         return  # a file: URI names its file in SQLite's own syntax: SQLite checks it
@@ -122,16 +143,10 @@ def check_sqlite_file(url: str, parsed: URL) -> None:
         raise InvalidArgumentError(5120, path=database, reason=reason)
 
 
-def _file_uri(parsed: URL) -> bool:
-    """Whether the URL says uri=true (read as SQLAlchemy reads it: ``uri=false`` is no)."""
-    uri = parsed.query.get("uri")
-    return uri is not None and asbool(uri if isinstance(uri, str) else uri[-1])
-
-
 def _check_sqlite_parameters(url: str, parsed: URL) -> None:
     """59011 for a query parameter the broker does not take (the driver would ignore it,
     with a warning) and for a busy timeout that is not seconds from 0 to 2147483.647."""
-    unknown = sorted(set(parsed.query) - _SQLITE_PARAMETERS) if not _file_uri(parsed) else []
+    unknown = sorted(set(parsed.query) - _SQLITE_PARAMETERS) if not file_uri(parsed) else []
     if unknown:
         raise _bad_url(url, f"the broker takes no {', '.join(unknown)} parameter for SQLite (it takes timeout=SECONDS, "
                             "and SQLite's own parameters in a file: URI with uri=true)")

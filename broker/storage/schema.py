@@ -85,7 +85,7 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     """
     from alembic import command
 
-    _check_step(engine, revision, lowest=1)
+    _check_step(engine, revision, upward=True)
     with engine.connect() as conn:
         command.upgrade(alembic_config(conn), revision)
         conn.commit()
@@ -95,7 +95,7 @@ def downgrade(engine: Engine, revision: str) -> None:
     """Downgrade the catalog to ``revision`` in one transaction; refuses as :func:`upgrade` does."""
     from alembic import command
 
-    _check_step(engine, revision, lowest=0)
+    _check_step(engine, revision, upward=False)
     with engine.connect() as conn:
         command.downgrade(alembic_config(conn), revision)
         conn.commit()
@@ -132,10 +132,10 @@ def _snapshot_revisions(engine: Engine) -> tuple[str, ...]:
         return stored_revisions(conn)
 
 
-def _check_step(engine: Engine, revision: str, lowest: int) -> None:
+def _check_step(engine: Engine, revision: str, *, upward: bool) -> None:
     """Refuse what Alembic would fail on without a fitting message (an unknown stored
-    revision, several of them) or would assert on (a relative walk past head or base;
-    ``lowest`` is the least position a step may reach, base being 0)."""
+    revision, several of them, a step the wrong way) or would assert on (a relative walk
+    past head or base). ``upward``: an upgrade, else a downgrade."""
     stored = _snapshot_revisions(engine)
     order = [None, *(rev for rev, _down, _doc in history())]  # base first, then oldest to head
     newer = [rev for rev in stored if rev not in order]
@@ -144,7 +144,7 @@ def _check_step(engine: Engine, revision: str, lowest: int) -> None:
                                f"This release supports version {HEAD_REVISION} and earlier. A downgrade path "
                                f"is not supported (use the release that upgraded it: broker downgrade).")
     _refuse_several(stored)
-    _refuse_overwalk(order, stored[0] if stored else None, revision, lowest)
+    _refuse_overwalk(order, stored[0] if stored else None, revision, upward)
 
 
 def _refuse_several(stored: tuple[str, ...]) -> None:
@@ -156,9 +156,11 @@ def _refuse_several(stored: tuple[str, ...]) -> None:
                                f"it must hold one.")
 
 
-def _refuse_overwalk(order: list[str | None], current: str | None, revision: str, lowest: int) -> None:
+def _refuse_overwalk(order: list[str | None], current: str | None, revision: str, upward: bool) -> None:
     """Alembic's CommandError for a relative revision (``+1``, ``head-2``, ``0001+3``) that
-    walks past head or below ``lowest`` (base is no upgrade target): Alembic asserts there."""
+    walks past head or base, or to base in an upgrade (no upgrade target): Alembic asserts
+    there. And for a step from the current revision the other way (``upgrade -1``,
+    ``downgrade +1``), which Alembic words as "didn't produce 1 migrations"."""
     from alembic.util.exc import CommandError
 
     match = _RELATIVE.match(revision)
@@ -174,8 +176,13 @@ def _refuse_overwalk(order: list[str | None], current: str | None, revision: str
                            f"{name} is {top - start} step(s) below it")
     if target < 0:
         raise CommandError(f"Relative revision {revision!r} walks past base: {name} is {start} step(s) above it")
-    if target < lowest:
+    if upward and target == 0:
         raise CommandError(f"Relative revision {revision!r} leads to base, which is no revision to upgrade to")
+    if symbol is None and (target < start if upward else target > start):
+        step_way, verb, way, other = ("down", "an upgrade", "up", "downgrade") if upward else \
+            ("up", "a downgrade", "down", "upgrade")
+        raise CommandError(f"Relative revision {revision!r} steps {step_way} from {name}, and {verb} only goes "
+                           f"{way}: {other} {revision}")
 
 
 def _position(order: list[str | None], symbol: str | None) -> int | None:

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import uuid
 import zipfile
 from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import inspect, select, text
 
 import broker
 from broker.storage import schema
 from broker.storage.engine import create_broker_engine
-from broker.storage.models import Base
+from broker.storage.models import Base, TransmissionQueueEntry
 from broker.storage.queue_tables import is_internal_queue_object
 
 REPO = Path(__file__).resolve().parent.parent
@@ -131,3 +132,50 @@ def test_processes_opening_a_new_database_at_once_all_succeed(db_url: str) -> No
         assert schema.current_revision(engine) == schema.head_revision()
     finally:
         engine.dispose()
+
+
+def _outbound_ids(db: broker.Broker) -> list[int]:
+    with db.engine.connect() as conn:
+        return sorted(conn.execute(select(TransmissionQueueEntry.message_id)).scalars())
+
+
+def _send_nowhere(db: broker.Broker, count: int) -> uuid.UUID:
+    """``count`` messages to a service no route reaches: they stay in the transmission queue."""
+    with db.transaction() as tx:
+        handle = tx.begin_dialog("//here", "//nowhere", encryption=False)
+        for number in range(count):
+            tx.send(handle, body=f"m{number}".encode())
+    return handle
+
+
+def test_a_transmission_queue_id_is_never_used_twice(db: broker.Broker) -> None:
+    """A transmitter settles by id in a later transaction than the one that read the
+    message. SQLite gave a drained queue's ids again (largest plus one), and two runtimes
+    then settled a new message in place of one the other had sent: messages were lost."""
+    db.create_queue("HereQueue")
+    db.create_service("//here", "HereQueue")
+    first = _send_nowhere(db, 3)
+    before = _outbound_ids(db)
+    assert len(before) == 3
+    with db.transaction() as tx:
+        tx.end_conversation(first, cleanup=True)  # the queue drains
+    assert _outbound_ids(db) == []
+    _send_nowhere(db, 1)
+    [after] = _outbound_ids(db)
+    assert after > max(before)
+
+
+def test_0014_keeps_the_waiting_messages_and_their_ids(db: broker.Broker) -> None:
+    db.create_queue("HereQueue")
+    db.create_service("//here", "HereQueue")
+    _send_nowhere(db, 3)
+    waiting = _outbound_ids(db)
+    schema.downgrade(db.engine, "0013")
+    with db.engine.connect() as conn:
+        assert sorted(conn.execute(text("SELECT message_id FROM sb_transmission_queue")).scalars()) == waiting
+    schema.upgrade(db.engine)
+    assert _drift(db.engine) == []
+    assert _outbound_ids(db) == waiting
+    assert [row["message_body"] for row in db.catalog("sys.transmission_queue")] == [b"m0", b"m1", b"m2"]
+    _send_nowhere(db, 1)
+    assert max(_outbound_ids(db)) > max(waiting)

@@ -234,9 +234,13 @@ class TransmissionQueueEntry(Base):
         Index("ix_sb_transmission_queue_parked_due", "next_attempt_time",
               sqlite_where=text("to_conversation_handle IS NOT NULL"),
               postgresql_where=text("to_conversation_handle IS NOT NULL")),
+        {"sqlite_autoincrement": True},
     )
 
-    message_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    # Never reused (AUTOINCREMENT on SQLite, a bigint sequence on PostgreSQL: migration
+    # 0014): a transmitter settles by id in a later transaction than the one that read it.
+    message_id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+                                            autoincrement=True)
     conversation_handle: Mapped[uuid.UUID] = mapped_column(GUID())
     # The receiving endpoint once it is known (every message after the first one).
     to_conversation_handle: Mapped[uuid.UUID | None] = mapped_column(GUID())
@@ -464,7 +468,8 @@ class BrokerForwardedMessage(Base):
 
     __tablename__ = "sb_forwarded_messages"
 
-    forwarded_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    forwarded_id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+                                              autoincrement=True)
     conversation_id: Mapped[uuid.UUID] = mapped_column(GUID())
     is_initiator: Mapped[bool] = mapped_column(Boolean)
     to_service_name: Mapped[str] = mapped_column(String(256))

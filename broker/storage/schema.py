@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 # The newest revision in migrations/. A test compares it with Alembic's own head, so a
 # new revision file fails the suite until this names it.
-HEAD_REVISION = "0013"
+HEAD_REVISION = "0014"
 VERSION_TABLE = "alembic_version"  # Alembic's default, which alembic/env.py keeps
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent  # broker/

@@ -432,5 +432,9 @@ class _Listener:
             self._connection.close()
 
     def stop(self) -> None:
+        """Stop listening, and wake every waiter: a wait under way would otherwise hear of
+        no commit until its timeout. Each looks again and opens a new listener (the
+        object stays usable after ``Broker.dispose``)."""
         self._stopping.set()
         self._thread.join(5)
+        self._notifier.notify_all()

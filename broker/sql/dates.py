@@ -67,6 +67,11 @@ def dateadd(part: str, amount: Any, moment: Any) -> datetime:
             moved = start + _STEP[unit] * count
     except (OverflowError, ValueError):
         raise SqlError(517, "Adding a value to a 'datetime' column caused an overflow.") from None
+    if isinstance(moment, values.Date):  # a DATE stays one, moved by days and longer parts only
+        if unit not in _MONTHS and unit not in ("day", "week"):
+            raise SqlError(9810, f"The datepart {unit} is not supported by date function dateadd for data "
+                                 "type date.")
+        return values.Date(moved.year, moved.month, moved.day)
     return moved
 
 

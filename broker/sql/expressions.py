@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from broker.sql import dates, like, moments, values, xml_methods
+from broker.sql import dates, like, moments, precedence, values, xml_methods
 from broker.sql import nodes as n
 from broker.sql.errors import SqlError, overflow
 
@@ -212,21 +212,38 @@ class Evaluator:
             holds = (values.compare("=", subject, self.value(when, row)) if expr.subject is not None
                      else self.value(when, row))
             if holds is True:
-                return self.value(result, row)
-        return self.value(expr.default, row) if expr.default is not None else None
+                return self._typed(expr, self.value(result, row))
+        return self._typed(expr, self.value(expr.default, row)) if expr.default is not None else None
 
     def _iif(self, expr: n.Iif, row: Mapping[str, Any] | None) -> Any:
-        return self.value(expr.then if self.condition(expr.condition, row) else expr.otherwise, row)
+        return self._typed(expr, self.value(expr.then if self.condition(expr.condition, row) else expr.otherwise, row))
+
+    def _typed(self, expr: n.Expr, value: Any) -> Any:
+        """The value of a CASE, IIF, COALESCE or ISNULL in its result type."""
+        return precedence.as_result(value, precedence.expression_type(expr, self.scope))
 
     def _cast(self, expr: n.Cast, row: Mapping[str, Any] | None) -> Any:
         values.check_cast_type(expr.type)  # TRY_CAST too: a type that does not exist is no failed conversion
         operand = self.value(expr.operand, row)
+        style = None if expr.style is None else self._style(self.value(expr.style, row))
+        if style is None and expr.style is not None:
+            return None  # CONVERT with a NULL style is NULL
         if expr.lenient:
             try:
-                return values.convert(operand, expr.type)
+                return values.convert(operand, expr.type, style=style)
             except SqlError:
                 return None
-        return values.convert(operand, expr.type)
+        return values.convert(operand, expr.type, style=style)
+
+    @staticmethod
+    def _style(value: Any) -> int | None:
+        """CONVERT's style: an integer (8116 for any other type)."""
+        if value is None:
+            return None
+        if not isinstance(value, int):
+            raise SqlError(8116, f"Argument data type {values.type_of(value)} is invalid for argument 3 of "
+                                 "convert function.")
+        return value
 
     def _method(self, expr: n.Method, row: Mapping[str, Any] | None) -> Any:
         return self._xml_method(self.value(expr.target, row), expr.name, [self.value(a, row) for a in expr.args])
@@ -329,9 +346,14 @@ def _check_lob_size(size: int) -> None:
 def _datetime_arithmetic(op: str, left: Any, right: Any) -> datetime:
     """datetime + or - a number of days (either side for +), and datetime - datetime: the
     difference as a moment after 1900-01-01, as SQL Server's DATETIME does."""
+    moment, days = (left, right) if isinstance(left, datetime) else (right, left)
+    if isinstance(left, values.Date) or isinstance(right, values.Date):
+        # A DATE takes no arithmetic: DATEADD moves it.
+        if isinstance(days, datetime):
+            raise SqlError(8117, f"Operand data type date is invalid for {_OPERATOR_NAMES[op]} operator.")
+        raise SqlError(206, f"Operand type clash: date is incompatible with {values.type_of(days)}")
     if isinstance(left, datetime) and isinstance(right, datetime) and op == "-":
         return datetime(1900, 1, 1) + (moments.naive(left) - moments.naive(right))
-    moment, days = (left, right) if isinstance(left, datetime) else (right, left)
     if op not in "+-" or isinstance(days, datetime) or (op == "-" and moment is right):
         raise SqlError(8117, f"Operand data type datetime is invalid for {_OPERATOR_NAMES[op]} operator.")
     try:
@@ -404,7 +426,7 @@ def _isnull(evaluator: Evaluator, expr: n.Call, row: Mapping[str, Any] | None) -
     if len(expr.args) != 2:
         raise SqlError(ARGUMENT_COUNT, "The isnull function requires 2 argument(s).")
     first = evaluator.value(expr.args[0], row)
-    return first if first is not None else evaluator.value(expr.args[1], row)
+    return evaluator._typed(expr, first if first is not None else evaluator.value(expr.args[1], row))
 
 
 def _coalesce(evaluator: Evaluator, expr: n.Call, row: Mapping[str, Any] | None) -> Any:
@@ -413,7 +435,7 @@ def _coalesce(evaluator: Evaluator, expr: n.Call, row: Mapping[str, Any] | None)
     for arg in expr.args:
         value = evaluator.value(arg, row)
         if value is not None:
-            return value
+            return evaluator._typed(expr, value)
     return None
 
 
@@ -503,6 +525,8 @@ def _datalength(value: Any) -> int:
     storage size of the other types."""
     if isinstance(value, (str, bytes, values.Xml)):
         return len(values.convert(value, n.TypeName("VARBINARY", -1)))
+    if isinstance(value, values.Date):
+        return 3
     if isinstance(value, values.BigInt) or isinstance(value, (float, datetime)):
         return 8
     if isinstance(value, int):

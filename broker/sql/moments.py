@@ -49,17 +49,22 @@ _DATETIME_RANGES = {"DATETIME": (datetime(1753, 1, 1), datetime.max),
                     "SMALLDATETIME": (datetime(1900, 1, 1), datetime(2079, 6, 6, 23, 59, 59))}
 # Dates and times as SQL Server reads them from text (us_english, DATEFORMAT mdy): ISO
 # forms and the unseparated yyyymmdd with a time or not, month/day/year, the default
-# style "Jan 2 2020 10:00AM", and a time of day alone (on 1900-01-01).
+# style "Jan 2 2020 10:00AM", "02 Jan 2020 10:00:00:000" (style 13), and a time of day
+# alone (on 1900-01-01).
 _MOMENT_PATTERNS = (
     "%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d",
     "%Y%m%d %H:%M:%S.%f", "%Y%m%d %H:%M:%S", "%Y%m%d %H:%M", "%Y%m%d",
     "%m/%d/%Y %H:%M:%S.%f", "%m/%d/%Y %H:%M:%S", "%m/%d/%Y %H:%M", "%m/%d/%Y",
-    "%b %d %Y %I:%M%p", "%b %d %Y %I:%M:%S%p", "%b %d %Y %H:%M:%S", "%b %d %Y", "%d %b %Y", "%B %d %Y", "%d %B %Y",
+    "%Y-%m-%d %I:%M:%S %p", "%Y-%m-%d %I:%M %p",
+    "%b %d %Y %I:%M%p", "%b %d %Y %I:%M:%S%p", "%b %d %Y %I:%M:%S.%f%p", "%b %d %Y %H:%M:%S", "%b %d %Y",
+    "%d %b %Y %H:%M:%S.%f", "%d %b %Y %H:%M:%S", "%d %b %Y %H:%M", "%d %b %Y", "%B %d %Y", "%d %B %Y",
     "%H:%M:%S.%f", "%H:%M:%S", "%H:%M")
 # What ISO 8601 may end with that these patterns do not read: a zone (Z, +02:00), which
 # converting to a type without one drops, as SQL Server's does; a seventh fraction digit.
 _ZONE = re.compile(r"(?:Z|[+-]\d{2}:?\d{2})$", re.IGNORECASE)
 _FRACTION = re.compile(r"(\.\d{6})\d+")
+# hh:mi:ss:mmm, the milliseconds after a colon (styles 9, 13, 14): '10:00:00:5' is 5 ms.
+_COLON_MILLISECONDS = re.compile(r"(\d:\d{2}:\d{2}):(\d{1,3})(?!\d)")
 
 
 def _parsed_moment(value: str) -> datetime | None:
@@ -67,6 +72,7 @@ def _parsed_moment(value: str) -> datetime | None:
     if re.search(r"\d", text[:1] or "") and ":" in text:
         text = _ZONE.sub("", text).strip()
     text = _FRACTION.sub(r"\1", text)
+    text = _COLON_MILLISECONDS.sub(lambda match: f"{match.group(1)}.{match.group(2):0>3}", text)
     for pattern in _MOMENT_PATTERNS:
         try:
             parsed = datetime.strptime(text, pattern)

@@ -43,6 +43,8 @@ COLUMN_COUNT = 213
 OPERAND_TYPE_INVALID = 8117
 ASSIGN_AND_RETRIEVE = 141
 NOT_IN_GROUP = 8120
+HAVING_NOT_IN_GROUP = 8121
+ORDER_NOT_IN_GROUP = 8127
 RECEIVE_ASSIGN_AND_RETRIEVE = 8447
 RECEIVE_ASSIGN_INTO = 8450
 
@@ -400,15 +402,25 @@ def _is_aggregate(expr: n.Expr) -> TypeGuard[n.Call]:
 
 
 def _check_grouped(select: n.Select, names: list[Named], tables: list[_Table]) -> None:
-    """8120 for a column of the select list outside every aggregate and GROUP BY
-    expression: a group has no one value of it."""
-    _columns, plan = _plan(select.items, names)
-    for _label, expr in plan:
-        for column in _ungrouped(expr, select.group_by):
+    """A column outside every aggregate and GROUP BY expression, which a group has no one
+    value of: 8120 in the select list, 8121 in HAVING, 8127 in ORDER BY (which may also
+    name a select-list column by its label or position)."""
+    columns, plan = _plan(select.items, names)
+    labels = {column.lower() for column in columns if column}
+    ordering: list[n.Expr | None] = [
+        expr for expr, _ in select.order_by
+        if not (isinstance(expr, n.Literal) and isinstance(expr.value, int))
+        and not (isinstance(expr, n.Column) and len(expr.parts) == 1 and expr.parts[0].lower() in labels)]
+    clauses: list[tuple[str, list[n.Expr | None], int]] = [
+        ("'{}' is invalid in the select list", [expr for _, expr in plan], NOT_IN_GROUP),
+        ("'{}' is invalid in the HAVING clause", [select.having], HAVING_NOT_IN_GROUP),
+        ('"{}" is invalid in the ORDER BY clause', ordering, ORDER_NOT_IN_GROUP)]
+    for where, exprs, number in clauses:
+        for column in _ungrouped(tuple(exprs), select.group_by):
             shown = _shown_column(column, tables)
             if shown is not None:  # a column no table has is 207, when it is evaluated
-                raise SqlError(NOT_IN_GROUP, f"Column '{shown}' is invalid in the select list because it is not "
-                                             "contained in either an aggregate function or the GROUP BY clause.")
+                raise SqlError(number, f"Column {where.format(shown)} because it is not contained in either an "
+                                       "aggregate function or the GROUP BY clause.")
 
 
 def _ungrouped(expr: Any, group_by: list[n.Expr]) -> Iterator[n.Column]:

@@ -24,7 +24,7 @@ from typing import Any
 
 from lxml import etree
 
-from broker.sql import moments
+from broker.sql import moments, styles
 from broker.sql.errors import SqlError, overflow
 from broker.sql.nodes import TypeName
 
@@ -73,6 +73,13 @@ CAST_DEFAULT_LENGTH = 30
 class BigInt(int):
     """A BIGINT value. Integer arithmetic gives BIGINT when either side is one, else INT,
     and overflows its type's range (8115) as SQL Server's does."""
+
+    __slots__ = ()
+
+
+class Date(datetime):
+    """A DATE value: a day, at its midnight. It is written without a time, and DATEADD
+    keeps it a DATE."""
 
     __slots__ = ()
 
@@ -144,7 +151,7 @@ def type_of(value: object) -> str:
     if isinstance(value, uuid.UUID):
         return "uniqueidentifier"
     if isinstance(value, datetime):
-        return "datetime"
+        return "date" if isinstance(value, Date) else "datetime"
     if isinstance(value, Xml):
         return "xml"
     return type(value).__name__
@@ -159,24 +166,32 @@ def parse_xml(data: bytes) -> etree._Element:
         raise SqlError(XML_PARSING, f"XML parsing: line {line}, character {column}, {exc.msg}") from None
 
 
-def convert(value: Any, target: TypeName, *, declared: bool = False) -> Any:
-    """``value`` as ``target``: CAST, CONVERT, and assignment to a declared variable."""
+def convert(value: Any, target: TypeName, *, declared: bool = False, style: int | None = None) -> Any:
+    """``value`` as ``target``: CAST, CONVERT (in ``style``, ``broker.sql.styles``; None:
+    the type's default), and assignment to a declared variable. A style a value's type
+    has none of is ignored."""
     if value is None:
         return None
     name = target.name
     if name in INTEGER_RANGES:
         return _integer(value, name)
     if name in CHARACTER:
-        text = text_of(value)
         length = target.length if target.length is not None else (
             DECLARED_DEFAULT_LENGTH if declared else CAST_DEFAULT_LENGTH)
         if name == "SYSNAME":
             length = 128
-        if length in (-1, None) or name in ("NTEXT", "TEXT"):
-            return text
+        if length == -1 or name in ("NTEXT", "TEXT"):
+            return styled_text(value, style, name)
+        text = styled_text(styles.whole_bytes(value, style or 0, length) if isinstance(value, bytes) else value,
+                           style, name)
+        if len(text) > length and isinstance(value, (int, Decimal, float)):
+            # A number is never cut: an integer too long for CHAR or VARCHAR is '*', any other is 8115.
+            if not isinstance(value, int) or name not in ("CHAR", "VARCHAR"):
+                raise overflow(name)
+            text = "*"
         return text[:length].ljust(length) if name in ("CHAR", "NCHAR") else text[:length]  # CHAR(n) pads
     if name in BINARY:
-        data = _bytes(value)
+        data = styles.read_binary(value, style or 0, name) if isinstance(value, str) else _bytes(value)
         length = target.length if target.length is not None else (1 if declared else CAST_DEFAULT_LENGTH)
         if length == -1 or name == "IMAGE":
             return data
@@ -190,8 +205,24 @@ def convert(value: Any, target: TypeName, *, declared: bool = False) -> Any:
     if name in APPROXIMATE:
         return _float(value, name)
     if name in DATETIME:
+        if isinstance(value, str) and style:
+            value = styles.read_datetime(value, style, name)
         return _datetime(value, name)
     return value  # SQL_VARIANT
+
+
+def styled_text(value: Any, style: int | None, target: str) -> str:
+    """A value as text in a CONVERT style (None: its type's default): a date's, a
+    datetime's, a float's or binary's; the one text of the other types."""
+    if isinstance(value, Date):
+        return styles.date_text(value, style, target)
+    if isinstance(value, datetime):
+        return styles.datetime_text(moments.naive(value), style or 0)
+    if isinstance(value, float):
+        return styles.float_text(value, style or 0)
+    if isinstance(value, bytes):
+        return styles.binary_text(value, style or 0, target)
+    return text_of(value)
 
 
 def _float(value: Any, name: str) -> float:
@@ -315,25 +346,13 @@ def text_of(value: Any) -> str:
     """A value as text (CAST to NVARCHAR(MAX)), as SQL Server writes it."""
     if isinstance(value, str):
         return value
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
     if isinstance(value, uuid.UUID):
         return str(value).upper()
-    if isinstance(value, datetime):
-        return value.strftime("%Y-%m-%d %H:%M:%S.") + f"{value.microsecond // 1000:03d}"
-    if isinstance(value, float):
-        return float_text(value)
+    if isinstance(value, (datetime, float, bytes)):
+        return styled_text(value, None, "NVARCHAR")  # a datetime in style 0: 'Jan  2 2020 10:00AM'
     if isinstance(value, Decimal):
         return format(value, "f")  # never scientific: 0.0000001, not 1E-7
     return str(value)
-
-
-def float_text(value: float) -> str:
-    """A float as CAST(f AS VARCHAR) writes it (style 0): at most 6 significant digits,
-    scientific with a three-digit exponent when needed (1.23457e+008)."""
-    text = format(value, ".6g")
-    mantissa, e, exponent = text.partition("e")
-    return f"{mantissa}e{exponent[0]}{int(exponent[1:]):03d}" if e else text
 
 
 def _bytes(value: Any) -> bytes:
@@ -385,7 +404,9 @@ def as_xml(value: Any) -> Xml:
 
 def _datetime(value: Any, name: str) -> datetime:
     moment = moments.moment(value, name)
-    return datetime(moment.year, moment.month, moment.day) if name == "DATE" else moment
+    if name == "DATE":
+        return Date(moment.year, moment.month, moment.day)
+    return datetime.combine(moment.date(), moment.time())  # not a Date: a DATETIME has its time
 
 
 def written(value: Any) -> str:
@@ -436,11 +457,23 @@ def _comparable(left: Any, right: Any) -> tuple[Any, Any]:
     return left, right
 
 
+# The order SQL Server compares a uniqueidentifier's bytes in (as it stores them, the first
+# three groups little-endian): the last six first, then the fourth group, the third, ...
+_GUID_ORDER = (10, 11, 12, 13, 14, 15, 8, 9, 6, 7, 4, 5, 0, 1, 2, 3)
+
+
+def _guid_key(value: uuid.UUID) -> bytes:
+    stored = value.bytes_le
+    return bytes(stored[index] for index in _GUID_ORDER)
+
+
 def compare(op: str, left: Any, right: Any) -> bool | None:
     """A comparison with NULL giving unknown (None)."""
     if left is None or right is None:
         return None
     a, b = _comparable(left, right)
+    if isinstance(a, uuid.UUID) and isinstance(b, uuid.UUID):
+        a, b = _guid_key(a), _guid_key(b)
     try:
         if op == "=":
             return bool(a == b)

@@ -11,6 +11,7 @@ receives from (and the rows it writes) until it ends.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -58,6 +59,11 @@ class Transaction:
         # write lock while it waits.
         self._wrote = False
         self._closed = False  # its ``with`` block (or ``close``) has ended it
+        # Threads that share the transaction run its verbs one at a time, as a session runs
+        # one request at a time: its connection, cursors and held-back writes are one
+        # thread's at a time (PostgreSQL's shared cursors hung). A WAITFOR does not hold
+        # it while it waits.
+        self._busy = threading.RLock()
 
     # -- conversations -------------------------------------------------------------
 
@@ -181,19 +187,20 @@ class Transaction:
         return result
 
     def _call(self, verb: Callable[[TxContext], T]) -> T:
-        if self._doomed:
-            raise BrokerError(3930, "The current transaction cannot be committed and cannot support "
-                                    "operations that write to the log file. Roll back the transaction.")
-        try:
-            return verb(self._context())
-        except BrokerError:
-            raise  # raised before any write: the transaction stays usable
-        except self._state.database_errors as exc:
-            self._doomed = True
-            raise as_broker_error(exc) from exc
-        except BaseException:
-            self._doomed = True
-            raise
+        with self._busy:
+            if self._doomed:
+                raise BrokerError(3930, "The current transaction cannot be committed and cannot support "
+                                        "operations that write to the log file. Roll back the transaction.")
+            try:
+                return verb(self._context())
+            except BrokerError:
+                raise  # raised before any write: the transaction stays usable
+            except self._state.database_errors as exc:
+                self._doomed = True
+                raise as_broker_error(exc) from exc
+            except BaseException:
+                self._doomed = True
+                raise
 
     def _watched(self, queue: str, unfiltered: bool, call: Callable[[], T]) -> T:
         """Run a RECEIVE through this thread's receive watcher, if it has one."""
@@ -255,31 +262,37 @@ class Transaction:
         SQLite write lock, or PostgreSQL's group locks) and begins again when woken.
         One that has written keeps its locks while it waits (see ``broker.storage.backends``).
         """
-        ctx = self._context()
-        queue = receiving.receivable_queue(ctx, queue_name)
-        timer = receiving.next_timer(ctx, queue)
-        if timer is not None:
-            deadline = min(deadline, time.monotonic() + max(0.0, (timer - ctx.now()).total_seconds()))
+        with self._busy:
+            ctx = self._context()
+            queue = receiving.receivable_queue(ctx, queue_name)
+            timer = receiving.next_timer(ctx, queue)
+            if timer is not None:
+                deadline = min(deadline, time.monotonic() + max(0.0, (timer - ctx.now()).total_seconds()))
+            owned = self._owned
+            released = None if self._wrote or owned is None else self._release(owned)
         backend, notifier = self._state.backend, self._state.notifier
-        if self._wrote or self._owned is None:
+        if released is None:
             backend.wait_holding(notifier, queue.id, seen, deadline)
             return
-        # Nothing written yet: release the locks while waiting, and watch for commits on
-        # a connection of this thread's (a group's connection goes on with others' work).
-        member, conn = self._member, self._owned
-        self._ctx = None
-        if member is not None:
-            self._member, self._owned = None, None
-            self._state.group.rollback(member)  # type: ignore[union-attr]
-            conn = self._state.checkout()
-        else:
-            self._end(conn, commit=False)
+        member, conn = released
         try:
             backend.wait_released(notifier, queue.id, seen, deadline, conn, queue_table(queue.table_name).name,
                                   ctx.catalog.version)
         finally:
             if member is not None:
                 self._state.checkin(conn)
+
+    def _release(self, owned: Connection) -> tuple[Member | None, Connection]:
+        """Roll back the empty attempt of a transaction that has written nothing, releasing
+        its locks while it waits; the connection to watch for commits on, of this thread's
+        (a group's connection goes on with others' work), and the group place it left."""
+        member, self._ctx = self._member, None
+        if member is None:
+            self._end(owned, commit=False)
+            return None, owned
+        self._member, self._owned = None, None
+        self._state.group.rollback(member)  # type: ignore[union-attr]
+        return member, self._state.checkout()
 
     def _context(self) -> TxContext:
         if self._ctx is None:
@@ -327,6 +340,10 @@ class Transaction:
     # -- ending ------------------------------------------------------------------------
 
     def commit(self) -> None:
+        with self._busy:
+            self._commit()
+
+    def _commit(self) -> None:
         if self._doomed:
             self.rollback()
             raise BrokerError(3930, "The transaction was doomed by an earlier failure and has been rolled back.")
@@ -367,6 +384,10 @@ class Transaction:
             self._state.notifier.notify(touched)
 
     def rollback(self) -> None:
+        with self._busy:
+            self._rollback()
+
+    def _rollback(self) -> None:
         received = self._ctx.received_queues if self._ctx is not None else set()
         owned = self._owned
         if self._member is not None:

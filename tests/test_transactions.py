@@ -382,3 +382,37 @@ def test_joining_a_session_and_a_connection_at_once_is_refused(tutorial: broker.
             with tutorial.transaction(session=session, connection=conn):
                 pass
     assert info.value.number == 59004
+
+
+_TWO_THREADS = """
+import sys, threading, uuid, broker
+db = broker.connect(sys.argv[1])
+handle, errors = uuid.UUID(sys.argv[2]), []
+def send(tag):
+    try:
+        for number in range(200):
+            tx.send(handle, sys.argv[3], f"<{tag}{number}/>")
+    except BaseException as exc:
+        errors.append(repr(exc))
+with db.transaction() as tx:
+    threads = [threading.Thread(target=send, args=(tag,)) for tag in "ab"]
+    for thread in threads: thread.start()
+    for thread in threads: thread.join()
+print(errors)
+"""
+
+
+def test_threads_sharing_one_transaction_take_turns(tutorial: broker.Broker, db_url: str) -> None:
+    """PostgreSQL hung (8 runs in 9) or raised raw errors when two threads sent in one
+    transaction at once: its connection's shared cursors were one thread's at a time.
+    The verbs now run one at a time, as a session runs one request at a time. (In a
+    subprocess: a hang fails the test instead of the run.)"""
+    handle = open_dialog(tutorial)
+    done = subprocess.run([sys.executable, "-c", _TWO_THREADS, db_url, str(handle), REQUEST],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
+    bodies = [m.message_body for m in tutorial.queue_rows(TARGET_QUEUE)]
+    for tag in "ab":  # each thread's messages in its own order
+        assert [b for b in bodies if b.startswith(f"<{tag}".encode())] == [f"<{tag}{n}/>".encode() for n in range(200)]
+    assert len(bodies) == 401  # and open_dialog's request

@@ -221,8 +221,7 @@ class Inspection:
 
 
 # Each catalog view's columns, by backend: "number" or "text" where the backend declares
-# it, else None. The views are fixed by the schema
-# revision, which is this release's.
+# it, else None. The views are fixed by the schema revision, which is this release's.
 _VIEW_COLUMNS: dict[tuple[str, str], dict[str, str | None]] = {}
 
 
@@ -239,8 +238,10 @@ def _view_columns(ctx: TxContext, view: str, quoted: str) -> dict[str, str | Non
     return known
 
 
-_POSTGRES_KINDS: dict[object, str] = {16: "number", 20: "number", 21: "number", 23: "number", 1700: "number",
-                   25: "text", 1042: "text", 1043: "text"}  # bool, int8/2/4, numeric; text, char, varchar
+# PostgreSQL's type oids: bool, int8, int2, int4, numeric; text, char, varchar
+_POSTGRES_KINDS: dict[object, str] = {
+    16: "number", 20: "number", 21: "number", 23: "number", 1700: "number", 25: "text", 1042: "text", 1043: "text",
+}
 
 
 def _declared_kind(column: str, declared: str) -> str | None:

@@ -21,6 +21,7 @@ from broker.storage.write_lock import LOOK_FOR_OTHERS_S
 # For the few tests about SQLite itself (its file read through plain sqlite3, local
 # process ids): they run on SQLite only rather than skipping on other backends.
 sqlite_only = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+postgres_only = pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 
 REQUEST = "//AWDB/1DBSample/RequestMessage"
 REPLY = "//AWDB/1DBSample/ReplyMessage"

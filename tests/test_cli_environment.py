@@ -289,7 +289,7 @@ def alembic(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> su
 def test_offline_sql_is_written_for_each_dialect(tmp_path: Path, dialect: str) -> None:
     done = alembic(tmp_path, "-x", f"url={OFFLINE_URLS[dialect]}", "upgrade", "0004:head", "--sql")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert f"-- Running upgrade 0012 -> {schema.HEAD_REVISION}" in done.stdout
+    assert f" -> {schema.HEAD_REVISION}\n" in done.stdout  # down to the last revision
     assert "CREATE VIEW" in done.stdout and done.stdout.rstrip().endswith("COMMIT;")
     quoted_view = 'sys."' if dialect == "postgresql" else '"sys.'
     assert quoted_view in done.stdout  # the dialect asked for, not alembic.ini's SQLite

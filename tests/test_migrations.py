@@ -12,6 +12,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, select, text
+from support import postgres_only
 
 import broker
 from broker.storage import schema
@@ -179,3 +180,18 @@ def test_0014_keeps_the_waiting_messages_and_their_ids(db: broker.Broker) -> Non
     assert [row["message_body"] for row in db.catalog("sys.transmission_queue")] == [b"m0", b"m1", b"m2"]
     _send_nowhere(db, 1)
     assert max(_outbound_ids(db)) > max(waiting)
+
+
+@postgres_only
+def test_0014_keeps_the_grants_on_the_views_it_makes_again(db: broker.Broker) -> None:
+    """PostgreSQL retypes no column a view reads: 0014 drops the views on the id columns
+    and makes them again, with what was granted on them."""
+    schema.downgrade(db.engine, "0013")
+    with db.engine.begin() as conn:
+        conn.exec_driver_sql("GRANT SELECT ON sys.transmission_queue TO PUBLIC")
+    schema.upgrade(db.engine)
+    with db.engine.connect() as conn:
+        granted = conn.exec_driver_sql(
+            "SELECT privilege_type FROM aclexplode((SELECT relacl FROM pg_class WHERE oid = "
+            "'sys.transmission_queue'::regclass)) WHERE grantee = 0").scalars().all()
+    assert granted == ["SELECT"]

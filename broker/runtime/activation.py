@@ -35,7 +35,15 @@ from sqlalchemy import delete, func, insert, select, update
 
 from broker import events
 from broker.errors import BrokerError
-from broker.runtime.readers import Activity, Reader, delete_tasks, forget_dead_tasks, resolve_procedure, task_count
+from broker.runtime.readers import (
+    Activity,
+    Reader,
+    delete_tasks,
+    forget_dead_tasks,
+    grace_left,
+    resolve_procedure,
+    task_count,
+)
 from broker.storage.catalog import QueueInfo
 from broker.storage.context import TxContext
 from broker.storage.models import QueueMonitor
@@ -53,6 +61,11 @@ RETRY_MISSING_S = 60.0
 # A reader inside one RECEIVE for this long is waiting for messages (tasks_waiting), not
 # merely for the database lock.
 WAITING_S = 0.2
+# How often a runtime checks that its session's mark is still held (``Backend.renew_session``;
+# PostgreSQL: one round trip on the session's connection): at most this often, on the
+# runtime's passes, which come at least this often while its readers run. Well within
+# ``Backend.session_grace``.
+SESSION_CHECK_S = 0.5
 
 INACTIVE = "INACTIVE"
 NOTIFIED = "NOTIFIED"
@@ -119,6 +132,9 @@ class ActivationManager:
         # The ``spid`` of this runtime's task rows, alive until stop() (``Backend.session``).
         self._session = ExitStack()
         self._session_id: int | None = None
+        self._session_checked = -math.inf  # time.monotonic() of the last renew_session
+        self._session_lost: int | None = None  # a lost session whose readers' rows are still to be moved
+        self._ended_seen: dict[int, float] = {}  # other runtimes' sessions seen ended, and since when
 
     def evaluate(self) -> float | None:
         """Look at every queue; seconds until it wants to look again (None: no need).
@@ -135,8 +151,13 @@ class ActivationManager:
         with self._pass:
             if self._stopping.is_set():
                 return None
+            self._keep_session()
             plan = look_then_write(self.db, self._look)
             self._carry_out(plan)
+            with self._lock:
+                reading = any(monitor.readers for monitor in self._monitors.values())
+            if reading and self.db.state.backend.session_grace:
+                plan.wake(SESSION_CHECK_S)  # their rows count only while the session is held
             return plan.again
 
     def stop(self, timeout: float) -> None:
@@ -165,6 +186,34 @@ class ActivationManager:
             if locked:
                 self._pass.release()
 
+    def _keep_session(self) -> None:
+        """Check, at most every ``SESSION_CHECK_S``, that this runtime's session is still
+        marked running (``Backend.renew_session``). If its mark was lost (PostgreSQL: the
+        connection holding the advisory lock ended while the runtime runs), it is taken
+        again at once, and every running reader's task row is given the session number
+        now held, or inserted again if another runtime removed it meanwhile. Raises (the
+        pass fails; the next one tries again) while the mark cannot be taken: no reader
+        is started meanwhile."""
+        if self._session_id is None:
+            return
+        now = time.monotonic()
+        if now - self._session_checked < SESSION_CHECK_S:
+            return
+        number = self.db.state.backend.renew_session(self.db.engine, self._session_id)
+        if number is not None:
+            self._session_lost, self._session_id = self._session_id, number
+        if self._session_lost is not None:  # again on the next pass if a row could not be written
+            with self._lock:
+                readers = [reader for monitor in self._monitors.values() for reader in monitor.readers]
+            restored = sum(reader.keep_row(self._session_id) for reader in readers)
+            lost, self._session_lost = self._session_lost, None
+            if restored:
+                log.warning("runtime session %d was lost and another runtime removed %d task row(s) of its "
+                            "running readers; restored under session %d", lost, restored, self._session_id)
+            else:
+                log.warning("runtime session %d was lost and taken again as %d", lost, self._session_id)
+        self._session_checked = now
+
     def _session_of_tasks(self) -> int:
         if self._session_id is None:
             self._session_id = self._session.enter_context(self.db.state.backend.session(self.db.engine))
@@ -176,8 +225,11 @@ class ActivationManager:
         """Decide for every queue, in the caller's transaction."""
         now = time.monotonic()
         plan = Plan()
-        if not self._cleaned:
-            forget_dead_tasks(ctx)
+        if not self._cleaned or self._ended_seen:
+            forget_dead_tasks(ctx, self._ended_seen)
+        waiting = grace_left(self._ended_seen, self.db.state.backend.session_grace)
+        if waiting is not None:
+            plan.wake(waiting)  # look again when their rows may go
         queues = list(ctx.catalog.queues.values())
         internal = [q for q in queues if q.activation_enabled and q.activation_procedure]
         for queue in internal:
@@ -274,7 +326,7 @@ class ActivationManager:
         with self._lock:
             ours = len(monitor.readers)
         rows = task_count(ctx, monitor.queue.id)
-        if rows > ours and forget_dead_tasks(ctx):
+        if rows > ours and forget_dead_tasks(ctx, self._ended_seen):
             rows = task_count(ctx, monitor.queue.id)
         # A reader deletes its row just before it leaves monitor.readers.
         return max(ours, rows)

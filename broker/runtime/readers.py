@@ -28,7 +28,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TypeVar
 
-from sqlalchemy import delete, func, insert, select
+from sqlalchemy import delete, func, insert, select, update
 
 from broker import events
 from broker.errors import BrokerError
@@ -131,6 +131,9 @@ class Reader:
         self.failed = False  # whether it raised
         self._procedure = procedure
         self._on_end = on_end
+        # Held while the row is deleted at the end, or written again (``keep_row``).
+        self._row_lock = threading.Lock()
+        self._row_gone = False
         self._thread = threading.Thread(target=self._run, name=f"broker-reader-{queue_name}", daemon=True)
 
     def start(self) -> None:
@@ -149,6 +152,26 @@ class Reader:
         ctx.conn.execute(insert(ActivatedTask).values(
             task_id=self.task_id, queue_id=self.queue_id, procedure_name=self.procedure_name,
             process_id=self.session, start_time=self.start_time))
+
+    def keep_row(self, session: int) -> bool:
+        """The runtime's session is now ``session`` (its mark was lost and taken again):
+        give this reader's task row that spid, in a transaction of its own, and insert it
+        again if another runtime removed it meanwhile (it found the session ended).
+        Nothing once the reader has deleted its row. Returns whether the row was missing."""
+        with self._row_lock:
+            self.session = session
+            if self._row_gone:
+                return False
+            with self.db.transaction() as tx:
+                return bool(tx.run(self._write_row))
+
+    def _write_row(self, ctx: TxContext) -> bool:
+        moved = ctx.conn.execute(update(ActivatedTask).where(ActivatedTask.task_id == self.task_id)
+                                 .values(process_id=self.session))
+        if moved.rowcount:
+            return False
+        self.insert_row(ctx)
+        return True
 
     def observe(self, queue: str, unfiltered: bool, call: Callable[[], T]) -> T:
         """This thread's receive watcher: report RECEIVEs without WHERE on the reader's queue."""
@@ -179,8 +202,10 @@ class Reader:
     def _finish(self) -> None:
         """Delete the task row (own transaction), close this thread's connection, tell the monitor."""
         try:
-            with self.db.transaction() as tx:
-                tx.run(lambda ctx: delete_tasks(ctx, [self.task_id]))
+            with self._row_lock:  # not written again (``keep_row``) once deleted
+                self._row_gone = True
+                with self.db.transaction() as tx:
+                    tx.run(lambda ctx: delete_tasks(ctx, [self.task_id]))
             # The thread's idle connection would otherwise stay open after the thread is gone.
             self.db.state.checkout().close()
         except Exception:
@@ -203,15 +228,39 @@ def task_count(ctx: TxContext, queue_id: int) -> int:
     return int(ctx.conn.execute(query).scalar_one())
 
 
-def forget_dead_tasks(ctx: TxContext) -> bool:
+def forget_dead_tasks(ctx: TxContext, seen: dict[int, float]) -> bool:
     """Delete task rows left by runtimes that no longer run (their ``spid`` session has
     ended, see ``Backend.ended_sessions``), in the caller's transaction. Returns whether
     it deleted any.
+
+    ``seen`` holds the sessions found ended and since when (``time.monotonic()``), kept
+    by the caller from one look to the next: a session's rows go only once it has been
+    seen ended for ``Backend.session_grace`` (PostgreSQL: a runtime whose session
+    connection was lost takes its session again well within that, ``renew_session``, and
+    its readers still run), and only under the backend's claim on the ended session
+    (``claim_ended_sessions``: the runtime cannot take it again while the rows go).
     """
+    backend = ctx.state.backend
     sessions = list(ctx.conn.execute(select(ActivatedTask.process_id).distinct()).scalars())
-    dead = ctx.state.backend.ended_sessions(ctx.conn, sessions)
+    ended = backend.ended_sessions(ctx.conn, sessions)
+    now = time.monotonic()
+    for number in [number for number in seen if number not in ended]:
+        del seen[number]  # alive again, or its rows are gone
+    for number in ended:
+        seen.setdefault(number, now)
+    due = [number for number in ended if now - seen[number] >= backend.session_grace]
+    if not due:
+        return False
+    ctx.writing()
+    dead = backend.claim_ended_sessions(ctx.conn, due)
     if dead:
-        ctx.writing()
         ctx.conn.execute(delete(ActivatedTask).where(ActivatedTask.process_id.in_(dead)))
         log.info("removed activated task rows of ended runtimes %s", dead)
     return bool(dead)
+
+
+def grace_left(seen: dict[int, float], grace: float) -> float | None:
+    """Seconds until the first of the sessions ``seen`` ended passes ``grace``; None if none is waiting."""
+    if not seen:
+        return None
+    return max(0.0, min(seen.values()) + grace - time.monotonic())

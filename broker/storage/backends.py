@@ -281,6 +281,30 @@ class Backend:
         """
         return runtime_marks.ended(self.database_key(conn.engine), sessions)
 
+    # How long a session must be seen ended before its rows are removed
+    # (``claim_ended_sessions``): time for a runtime whose mark was lost while it runs to
+    # find that out and take it again (``renew_session``). SQLite: none, a record lock
+    # is lost only with its process.
+    session_grace = 0.0
+
+    def renew_session(self, engine: Engine, number: int) -> int | None:
+        """Check that the mark of the running session ``number`` is still held; None if
+        it is, else the number held now (taken again: the same if it could be had, else
+        a new one; the caller's rows must then carry it again).
+
+        SQLite: always None (the kernel keeps a record lock for as long as the process
+        runs: ``broker.storage.runtime_marks`` keeps the one descriptor that holds it).
+        """
+        return None
+
+    def claim_ended_sessions(self, conn: Connection, sessions: list[int]) -> list[int]:
+        """Those of ``sessions`` that have ended, held so until the caller's transaction
+        ends (no runtime takes one of them again meanwhile): the caller deletes their rows.
+
+        SQLite: ``ended_sessions`` (a mark is never taken again; writers take turns).
+        """
+        return self.ended_sessions(conn, sessions)
+
     # -- names ---------------------------------------------------------------------------
 
     def catalog_view(self, view: str) -> str:

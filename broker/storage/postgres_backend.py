@@ -85,6 +85,15 @@ _HELD_SESSIONS = text(
     " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
 )
 
+_CLAIM_SESSIONS = text(
+    "SELECT n FROM unnest(CAST(:sessions AS bigint[])) AS n"
+    " WHERE pg_try_advisory_xact_lock(CAST(:namespace AS int), CAST(n AS int))"
+)
+# A lost session connection must be found out (``renew_session``) and its number taken
+# again well within this: another runtime removes a session's rows only once it has seen
+# its lock free this long (``Backend.session_grace``).
+SESSION_GRACE_S = 5.0
+
 # PostgreSQL cuts identifiers longer than this many bytes (NAMEDATALEN - 1).
 _IDENTIFIER_BYTES = 63
 
@@ -120,9 +129,12 @@ class PostgresBackend(Backend):
     snapshot_stays_current = False
     groups_commits = False
 
+    session_grace = SESSION_GRACE_S
+
     def __init__(self) -> None:
         self._listener: _Listener | None = None
         self._lock = threading.Lock()
+        self._sessions: dict[int, _HeldSession] = {}  # the runtime sessions open in this process
 
     def configure(self, engine: Engine) -> None:
         """READ COMMITTED, the server's default: each statement sees the latest commits."""
@@ -203,24 +215,47 @@ class PostgresBackend(Backend):
 
         The number is drawn at random; one whose lock another runtime holds, or that rows
         left by an ended runtime still carry, is drawn again.
+
+        The connection can be lost while the runtime runs (terminated, idle timeout,
+        network, server restart), and the lock with it: ``renew_session`` finds that out
+        and takes a number again.
         """
-        raw = engine.raw_connection()
-        raw.detach()  # closed for good at the end, not handed back to the pool
+        number, driver = _take_session(engine)
+        held = _HeldSession(number, driver)
+        with self._lock:
+            self._sessions[number] = held
         try:
-            cursor = raw.cursor()
-            while True:
-                number = secrets.randbelow(_MAX_SESSION) + 1
-                cursor.execute("SELECT pg_try_advisory_lock(%s::int, %s::int)", (RUNTIME_LOCKS, number))
-                if not (cursor.fetchone() or (False,))[0]:
-                    continue  # another runtime's
-                cursor.execute("SELECT 1 FROM sb_activated_tasks WHERE process_id = %s LIMIT 1", (number,))
-                if cursor.fetchone() is None:
-                    break
-                cursor.execute("SELECT pg_advisory_unlock(%s::int, %s::int)", (RUNTIME_LOCKS, number))
-            raw.commit()  # the lock outlives the transaction: the connection stays idle
             yield number
         finally:
-            raw.close()
+            with self._lock:
+                self._sessions.pop(held.number, None)
+            _close_quietly(held.driver)
+
+    def renew_session(self, engine: Engine, number: int) -> int | None:
+        """PostgreSQL: one round trip on the session's connection; None while it is alive
+        (its lock is held then). Once it is lost, the number is taken again on a new
+        connection, the same number if nobody holds it (another runtime that finds it
+        ended holds it until its transaction ends: ``claim_ended_sessions``), else a new
+        one; the number now held is returned. Raises while no connection can be opened
+        (called again, it tries again)."""
+        with self._lock:
+            held = self._sessions.get(number)
+        if held is None:
+            return None
+        try:
+            if not held.driver.closed:
+                held.driver.execute("SELECT 1").fetchone()
+                return None
+        except Exception as exc:  # noqa: BLE001 - whatever the driver raises: the connection is gone
+            log.warning("runtime session %d: its connection was lost (%s); taking the session again",
+                        number, str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+        _close_quietly(held.driver)
+        new_number, driver = _take_session(engine, number)
+        with self._lock:
+            self._sessions.pop(number, None)
+            held.number, held.driver = new_number, driver
+            self._sessions[new_number] = held
+        return new_number
 
     def ended_sessions(self, conn: Connection, sessions: list[int]) -> list[int]:
         """PostgreSQL: sessions whose advisory lock nobody holds (``pg_locks`` of this
@@ -229,6 +264,16 @@ class PostgresBackend(Backend):
             return []
         held = set(conn.execute(_HELD_SESSIONS, {"sessions": sessions, "namespace": RUNTIME_LOCKS}).scalars())
         return [number for number in sessions if number not in held]
+
+    def claim_ended_sessions(self, conn: Connection, sessions: list[int]) -> list[int]:
+        """PostgreSQL: those of ``sessions`` whose advisory lock nobody holds, each taken
+        by the caller's transaction until it ends (``pg_try_advisory_xact_lock``): a
+        runtime that lost its session connection cannot take its number again while the
+        caller deletes its rows, and takes another (then restores its rows) instead."""
+        inside = [number for number in sessions if 1 <= number <= _MAX_SESSION]
+        claimed = set(conn.execute(_CLAIM_SESSIONS, {"sessions": inside, "namespace": RUNTIME_LOCKS}).scalars()) \
+            if inside else set()
+        return [number for number in sessions if number in claimed or number not in inside]
 
     def catalog_view(self, view: str) -> str:
         """Catalog views live in the schema sys: sys."conversation_endpoints"."""
@@ -342,6 +387,48 @@ class PostgresBackend(Backend):
             else:
                 failing = False
         yield CommitWatch(notifier, None, listen)
+
+
+class _HeldSession:
+    """A runtime session's number and the autocommit connection holding its lock."""
+
+    def __init__(self, number: int, driver: Any) -> None:
+        self.number = number
+        self.driver = driver
+
+
+def _take_session(engine: Engine, wanted: int | None = None) -> tuple[int, Any]:
+    """A runtime session number locked on a new connection of its own (autocommit,
+    detached from the pool): ``wanted`` if its lock can be had, else one drawn at random
+    whose lock nobody holds and that no task row carries."""
+    raw = engine.raw_connection()
+    driver: Any = raw.driver_connection
+    raw.detach()  # closed for good at the end, not handed back to the pool
+    try:
+        driver.autocommit = True  # a check is one round trip; the lock is a session's anyway
+        number = wanted
+        while True:
+            if number is not None:
+                taken = driver.execute("SELECT pg_try_advisory_lock(%s::int, %s::int)",
+                                       (RUNTIME_LOCKS, number)).fetchone()
+                if taken and taken[0]:
+                    if number == wanted:
+                        return number, driver  # its own rows carry it
+                    if driver.execute("SELECT 1 FROM sb_activated_tasks WHERE process_id = %s LIMIT 1",
+                                      (number,)).fetchone() is None:
+                        return number, driver
+                    driver.execute("SELECT pg_advisory_unlock(%s::int, %s::int)", (RUNTIME_LOCKS, number))
+            number = secrets.randbelow(_MAX_SESSION) + 1
+    except BaseException:
+        _close_quietly(driver)
+        raise
+
+
+def _close_quietly(driver: Any) -> None:
+    try:
+        driver.close()
+    except Exception:  # noqa: BLE001 - a lost connection may fail to close; it is gone either way
+        pass
 
 
 def _simple_query(driver: Any, query: bytes) -> Any:

@@ -67,7 +67,9 @@ def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) ->
         raise click.BadParameter("it is empty: give a value or leave the option out", ctx, param)
     variable = getattr(param, "envvar", None)
     if (isinstance(variable, str) and os.environ.get(variable) == ""
-            and ctx.get_parameter_source(param.name or "") == ParameterSource.DEFAULT):
+            and ctx.get_parameter_source(param.name or "") == ParameterSource.DEFAULT
+            and not (param.name == "database_name" and ctx.params.get("instance_url") is None)):
+        # (BROKER_DATABASE is read only with --instance, which is processed before it)
         raise click.BadParameter(f"{variable} is set but empty: unset it, or set it to a value", ctx, param)
     return value
 

@@ -140,16 +140,25 @@ def test_database_add_creates_the_instance_and_the_member(tmp_path: Path, monkey
 
 
 @pytest.mark.parametrize(("env", "option"), [({"BROKER_URL": ""}, "--db"), ({"BROKER_INSTANCE": ""}, "--instance"),
-                                             ({"BROKER_DATABASE": ""}, "--database")],
+                                             ({"BROKER_DATABASE": "", "BROKER_INSTANCE": "sqlite:///i.db"},
+                                              "--database")],
                          ids=["BROKER_URL", "BROKER_INSTANCE", "BROKER_DATABASE"])
 def test_a_variable_set_but_empty_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                    env: dict[str, str | None], option: str) -> None:
     monkeypatch.chdir(tmp_path)
-    [variable] = env
+    variable = next(iter(env))
     for args in (["status"], ["init"], ["history"]):
         line = one_line(invoke(*args, env=env), 2)
         assert line.startswith(f"error: Invalid value for '{option}': {variable} is set but empty"), line
     assert list(tmp_path.iterdir()) == []  # not the default broker.db
+
+
+def test_an_empty_broker_database_is_no_matter_without_an_instance(tmp_path: Path) -> None:
+    """BROKER_DATABASE is read only with --instance: empty beside --db, it changes nothing."""
+    url = f"sqlite:///{tmp_path / 'one.db'}"
+    assert invoke("--db", url, "init", env={"BROKER_DATABASE": ""}).exit_code == 0
+    result = invoke("--db", url, "current", env={"BROKER_DATABASE": ""})
+    assert result.exit_code == 0 and result.stdout == f"{schema.HEAD_REVISION} (head)\n", result.stderr
 
 
 @pytest.mark.parametrize("option", ["--db", "--instance"])

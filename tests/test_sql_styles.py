@@ -8,6 +8,7 @@ Expressions need no backend of their own: one SQLite database serves the module.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import date, datetime
 from typing import Any
 
 import pytest
@@ -253,6 +254,20 @@ def test_case_of_a_date_and_text_is_a_date(session: Session) -> None:
     assert (moment.year, moment.month, moment.day) == (2020, 1, 2)
 
 
+def test_empty_text_as_a_date_is_day_0_so_isnull_of_a_datetime_and_blank_works(session: Session) -> None:
+    """``ISNULL(@d, '')`` is a common idiom: SQL Server reads '' as 1900-01-01 (241 here before)."""
+    for script in ("DECLARE @d DATETIME; SELECT ISNULL(@d, '')", "DECLARE @d DATETIME; SELECT COALESCE(@d, '')",
+                   "SELECT CAST('' AS DATETIME)", "SELECT CAST('   ' AS DATE)"):
+        [result] = run(session, script)
+        [[moment]] = result.rows
+        assert moment == (date(1900, 1, 1) if "DATE)" in script else datetime(1900, 1, 1)), script
+
+
+def test_dateadd_in_a_case_keeps_the_type_it_adds_to(session: Session) -> None:
+    assert value(session, "CAST(CASE WHEN 1 = 1 THEN DATEADD(DAY, 1, CAST('2024-01-05' AS DATE)) "
+                          "ELSE CAST('2024-01-05' AS DATE) END AS VARCHAR(30))") == "2024-01-06"
+
+
 def test_iif_takes_the_type_of_highest_precedence(session: Session) -> None:
     assert error(session, "SELECT IIF(1 = 1, 'x', 1)")[0] == 245
     assert str(value(session, "IIF(1 = 1, 2, 3.25)")) == "2.00"
@@ -271,6 +286,7 @@ def test_isnull_takes_its_first_arguments_type_and_length(session: Session) -> N
                             "ISNULL(CAST(NULL AS VARCHAR(2)), 'abc'), ISNULL(@v, 'a') + '|'")
     assert result.rows == (("abc", 7, "x", "abc", "ab", "a|"),)
     assert error(session, "DECLARE @i INT; SELECT ISNULL(@i, 'x')")[0] == 245
+    assert error(session, "DECLARE @m DECIMAL(10, 2); SELECT ISNULL(@m, '')")[0] == 8114  # text to numeric
 
 
 # -- grouping: HAVING and ORDER BY -------------------------------------------------------------

@@ -296,7 +296,8 @@ def column_value(row: Mapping[str, Any] | None, parts: tuple[str, ...]) -> tuple
     return False, None
 
 
-def _number(value: Any) -> Any:
+def _number(value: Any, named: str = "DECIMAL") -> Any:
+    """A number, text read as one (every digit); ``named`` is the type a failure names."""
     if isinstance(value, (int, float, Decimal)):
         return value
     if isinstance(value, str):
@@ -305,7 +306,7 @@ def _number(value: Any) -> Any:
                 return values.convert(value, n.TypeName(integer_type))
             except SqlError:
                 pass
-        return values.exact_number(value, "DECIMAL")  # every digit: no DECIMAL(18, 0) rounding
+        return values.exact_number(value, named)  # every digit: no DECIMAL(18, 0) rounding
     raise SqlError(8117, f"Operand data type {values.type_of(value)} is invalid for arithmetic operators.")
 
 
@@ -319,7 +320,10 @@ def arithmetic(op: str, left: Any, right: Any) -> Any:
             return _within_lob_limit(left, right)
     if isinstance(left, datetime) or isinstance(right, datetime):
         return _datetime_arithmetic(op, left, right)
-    a, b = _number(left), _number(right)
+    # Text beside an integer is converted to int by SQL Server: its failure names int.
+    named = next(("BIGINT" if isinstance(x, values.BigInt) else "INT" for x in (left, right)
+                  if isinstance(x, int) and not isinstance(x, bool)), "DECIMAL")
+    a, b = _number(left, named), _number(right, named)
     if isinstance(a, float) or isinstance(b, float):
         result = _float_arithmetic(op, float(a), float(b))
         if math.isinf(result) or math.isnan(result):

@@ -69,6 +69,8 @@ _COLON_MILLISECONDS = re.compile(r"(\d:\d{2}:\d{2}):(\d{1,3})(?!\d)")
 
 def _parsed_moment(value: str) -> datetime | None:
     text = " ".join(re.sub(r"(?<=\d)T(?=\d)", " ", value.strip()).split())  # ISO's T, not OCT's
+    if not text:
+        return datetime(1900, 1, 1)  # '' (or blanks) is SQL Server's day 0, as 0 is
     if re.search(r"\d", text[:1] or "") and ":" in text:
         text = _ZONE.sub("", text).strip()
     text = _FRACTION.sub(r"\1", text)

@@ -32,8 +32,8 @@ _RANK = {name: rank for rank, name in enumerate(_ORDER)} | {"NUMERIC": _ORDER.in
 _MAX_TEXT = n.TypeName("NVARCHAR", -1)
 # Functions whose result has one type whatever their arguments.
 _FUNCTION_TYPES = {
-    **dict.fromkeys(("GETDATE", "GETUTCDATE", "SYSDATETIME", "SYSUTCDATETIME", "CURRENT_TIMESTAMP", "DATEADD"),
-                    n.TypeName("DATETIME")),
+    **dict.fromkeys(("GETDATE", "GETUTCDATE", "CURRENT_TIMESTAMP"), n.TypeName("DATETIME")),
+    **dict.fromkeys(("SYSDATETIME", "SYSUTCDATETIME"), n.TypeName("DATETIME2")),
     **dict.fromkeys(("LEN", "DATALENGTH", "CHARINDEX", "DATEDIFF", "ASCII", "UNICODE", "ERROR_NUMBER",
                      "ERROR_SEVERITY", "ERROR_STATE", "ERROR_LINE", "XACT_STATE"), n.TypeName("INT")),
     **dict.fromkeys(("UPPER", "LOWER", "LTRIM", "RTRIM", "TRIM", "LEFT", "RIGHT", "SUBSTRING", "REPLACE",
@@ -66,6 +66,9 @@ def expression_type(expr: n.Expr | None, scope: Scope) -> n.TypeName | None:
             return expression_type(expr.args[0], scope)
         if name == "COALESCE":
             return highest(expression_type(arg, scope) for arg in expr.args)
+        if name == "DATEADD" and len(expr.args) == 3:  # the type of the date it adds to (text: DATETIME)
+            added_to = expression_type(expr.args[2], scope)
+            return added_to if added_to is not None and added_to.name in values.DATETIME else n.TypeName("DATETIME")
         return _FUNCTION_TYPES.get(name)
     return None
 

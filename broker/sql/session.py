@@ -31,7 +31,7 @@ from broker.sql.databases import Databases, no_database
 from broker.sql.errors import BreakLoop, ContinueLoop, ReturnFromBatch, SqlError
 from broker.sql.expressions import Evaluator, Scalar, Scope, TableVariable
 from broker.sql.options import Options
-from broker.sql.outputs import Failed, Output, Printed
+from broker.sql.outputs import Failed, Output, Printed, ResultSet
 from broker.sql.parser import parse_batch
 from broker.sql.transactions import UNSUPPORTED, ScriptTransaction
 
@@ -143,6 +143,10 @@ class Session(BrokerStatements):
         return self.databases.instance
 
     def _emit(self, output: Output) -> None:
+        if isinstance(output, ResultSet):  # a DATE leaves as a ``datetime.date``, as drivers hand it
+            output = ResultSet(output.columns, tuple(
+                tuple(value.date() if isinstance(value, values.Date) else value for value in row)
+                for row in output.rows))
         self._outputs.append(output)
         if self._on_output is not None:
             self._on_output(output)

@@ -227,7 +227,7 @@ def styled_text(value: Any, style: int | None, target: str) -> str:
 
 def _float(value: Any, name: str) -> float:
     if isinstance(value, str) and _NUMBER_TEXT.fullmatch(value) is None:
-        raise _failed(value, name.lower())  # Python would read '1_000', 'inf' and other digits
+        raise _not_a_number(value, name)  # Python would read '1_000', 'inf' and other digits
     try:
         number = float(value.strip() if isinstance(value, str) else value)
     except (TypeError, ValueError):
@@ -235,6 +235,13 @@ def _float(value: Any, name: str) -> float:
     if not math.isfinite(number):
         raise overflow(name)
     return number
+
+
+def _not_a_number(value: Any, name: str) -> SqlError:
+    """CAST or CONVERT of text that is no number to a DECIMAL, NUMERIC, FLOAT or REAL:
+    SQL Server's 8114 (245 is the integer types', and arithmetic's)."""
+    target = "numeric" if name in ("DECIMAL", "NUMERIC") else name.lower()
+    return SqlError(styles.CONVERSION_ERROR, f"Error converting data type {type_of(value)} to {target}.")
 
 
 def _failed(value: Any, type_name: str) -> SqlError:
@@ -294,6 +301,8 @@ def exact_number(value: Any, type_name: str) -> Decimal:
 def _decimal(value: Any, target: TypeName) -> Decimal:
     """``value`` as DECIMAL(p, s) (18, 0 when not given), MONEY or SMALLMONEY: rounded to
     the scale, 8115 when it has more whole digits than the type holds."""
+    if isinstance(value, str) and _NUMBER_TEXT.fullmatch(value) is None:
+        raise _not_a_number(value, target.name)
     number = exact_number(value, target.name)
     precision, scale = _EXACT_SHAPES.get(target.name) or (target.length or 18, target.scale or 0)
     try:
@@ -444,7 +453,7 @@ def _comparable(left: Any, right: Any) -> tuple[Any, Any]:
             converted: Any = _guid(text)
         elif isinstance(other, bool) or isinstance(other, int):
             converted = _integer(text, "BIGINT") if _INTEGER_TEXT.fullmatch(text) else exact_number(
-                text, "DECIMAL")
+                text, "INT")  # read leniently, as a number; named as SQL Server converts it, to int
         elif isinstance(other, (Decimal, float)):
             converted = exact_number(text, "DECIMAL")
         elif isinstance(other, datetime):

@@ -46,6 +46,18 @@ def endpoint(db: broker.Broker, handle: object) -> dict | None:  # type: ignore[
     return rows[0] if rows else None
 
 
+def holds_within(condition: Callable[[], object], timeout: float, interval: float = 0.1) -> bool:
+    """Whether ``condition`` becomes truthy within ``timeout`` seconds (polled every
+    ``interval``): ``assert not holds_within(bad, window)`` watches a window for what must
+    never happen."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval)
+    return bool(condition())
+
+
 def wait_until(condition: Callable[[], object], timeout: float = 10.0, interval: float = 0.01) -> object:
     """Poll ``condition`` until it is truthy or fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
+from support import holds_within
 
 import broker
 
@@ -68,15 +69,6 @@ def _objects(url: str) -> broker.Broker:
     return db
 
 
-def _wait_for(condition, timeout: float, step: float = 0.5) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(step)
-    return bool(condition())
-
-
 # -- ALTER QUEUE ... STATUS = ON racing the runtime's transmitter -------------------------
 
 _PRODUCER = """
@@ -123,7 +115,7 @@ def test_alter_queue_on_racing_the_runtime_delivers_each_held_message_once(pg_ur
             return tx.query("SELECT count(*) AS n FROM sb_transmission_queue")[0]["n"] == 0
 
     try:
-        assert _wait_for(nothing_held, 120), "held messages were never delivered"
+        assert holds_within(nothing_held, 120), "held messages were never delivered"
     finally:
         _stop(runtime)
     with db.transaction() as tx:
@@ -175,7 +167,7 @@ def test_a_runtime_killed_while_its_reader_works_is_taken_over(pg_url: str, tmp_
             with db.transaction() as tx:
                 return {row["pid"] for row in tx.query("SELECT DISTINCT pid FROM pg_done")}
 
-        assert _wait_for(lambda: bool(readers_pids()), 60), "no reader started"
+        assert holds_within(lambda: bool(readers_pids()), 60), "no reader started"
         pids = readers_pids()
         victim = next(r for r in runtimes if r.pid in pids)
         victim.kill()
@@ -185,13 +177,13 @@ def test_a_runtime_killed_while_its_reader_works_is_taken_over(pg_url: str, tmp_
             with db.transaction() as tx:
                 return tx.query("SELECT count(*) AS n FROM pg_done")[0]["n"] == total
 
-        assert _wait_for(finished, 120), "the surviving runtime never took over the queue"
+        assert holds_within(finished, 120), "the surviving runtime never took over the queue"
 
         def no_dead_rows() -> bool:
             with db.transaction() as tx:
                 return tx.query("SELECT count(*) AS n FROM sb_activated_tasks")[0]["n"] == 0
 
-        assert _wait_for(no_dead_rows, 30), "the killed runtime's activated task row stayed"
+        assert holds_within(no_dead_rows, 30), "the killed runtime's activated task row stayed"
     finally:
         for process in runtimes:
             _stop(process)
@@ -245,9 +237,9 @@ def test_a_waitfor_under_way_when_the_listen_connection_dies_still_wakes(pg_url:
     db.dispose()
     waiter = _child(_WAITING, pg_url, TARGET_QUEUE, "-1")  # waits for ever: only a wake-up ends it
     try:
-        assert _wait_for(lambda: _terminate_listeners(pg_url) > 0, 60, step=0.2), "no LISTEN connection seen"
+        assert holds_within(lambda: _terminate_listeners(pg_url) > 0, 60, interval=0.2), "no LISTEN connection seen"
         # Woken by its listener's failure, the waiter opens another before it waits again.
-        assert _wait_for(lambda: _listeners(pg_url) > 0, 60, step=0.2), "no LISTEN connection again"
+        assert holds_within(lambda: _listeners(pg_url) > 0, 60, interval=0.2), "no LISTEN connection again"
         sender = _child(_SENDER, pg_url, INITIATOR, TARGET)
         _out, err = sender.communicate(timeout=120)
         assert sender.returncode == 0, err
@@ -303,8 +295,8 @@ def test_a_runtime_opens_its_listen_connection_again_when_it_is_lost(pg_url: str
     db = _objects(pg_url)
     try:
         with db.runtime(poll_interval=0.5):
-            assert _wait_for(lambda: _listeners(pg_url) > 0, 60, step=0.2), "no LISTEN connection seen"
+            assert holds_within(lambda: _listeners(pg_url) > 0, 60, interval=0.2), "no LISTEN connection seen"
             assert _terminate_listeners(pg_url) > 0
-            assert _wait_for(lambda: _listeners(pg_url) > 0, 60, step=0.2), "no LISTEN connection again"
+            assert holds_within(lambda: _listeners(pg_url) > 0, 60, interval=0.2), "no LISTEN connection again"
     finally:
         db.dispose()

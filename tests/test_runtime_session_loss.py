@@ -18,13 +18,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from session_loss_procs import QUEUE
 from sqlalchemy import text
+from support import holds_within
 
 import broker
 from broker.storage import postgres_backend
@@ -112,15 +112,6 @@ def _setup(url: str) -> broker.Broker:
     return db
 
 
-def _wait_for(condition: Callable[[], object], timeout: float, step: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(step)
-    return bool(condition())
-
-
 def _spids(db: broker.Broker) -> list[int]:
     return [task["spid"] for task in db.catalog("sys.dm_broker_activated_tasks")]
 
@@ -144,7 +135,7 @@ def _terminate(db: broker.Broker, pid: int) -> None:
 
 def _one_reader_running(db: broker.Broker, children: Children) -> int:
     """Wait for the first runtime's single reader; its spid."""
-    assert _wait_for(lambda: children.readers()[0] == 1 and len(_spids(db)) == 1, 30), children.stderr("A")
+    assert holds_within(lambda: children.readers()[0] == 1 and len(_spids(db)) == 1, 30), children.stderr("A")
     (spid,) = _spids(db)
     assert spid in _session_holders(db)
     return spid
@@ -161,7 +152,7 @@ def test_lost_session_connection_is_taken_again_and_no_other_runtime_exceeds_the
         # B never counts A's running reader as gone: no second reader, and the view keeps
         # listing A's, however long B looks (past the time it waits before it removes the
         # rows of a session it finds ended).
-        assert not _wait_for(lambda: children.readers()[1] > 1 or _spids(db) != [spid], GRACE_S + 3), (
+        assert not holds_within(lambda: children.readers()[1] > 1 or _spids(db) != [spid], GRACE_S + 3), (
             children.readers(), _spids(db), children.stderr("A"), children.stderr("B"))
         assert children.readers() == (1, 1)
         # A took its session again: the same number, on a new connection.
@@ -194,22 +185,22 @@ def test_rows_removed_while_the_session_was_lost_are_restored(pg_url: str, child
                 def settled(holder: int | None = holder) -> bool:  # claimed, or A locked it again
                     return claim() or _session_holders(db).get(spid, holder) != holder
 
-                if _wait_for(settled, 10, 0.005) and claim():
+                if holds_within(settled, 10, 0.005) and claim():
                     break
             else:
                 pytest.fail("the lost session's number could never be claimed")
             conn.execute(text("DELETE FROM sb_activated_tasks WHERE process_id = :spid"), {"spid": spid})
             # A cannot take the same number again while this transaction holds it: it takes another.
-            assert _wait_for(lambda: set(_session_holders(db)) - {spid}, 10), children.stderr("A")
+            assert holds_within(lambda: set(_session_holders(db)) - {spid}, 10), children.stderr("A")
             conn.commit()
         # The view lists A's running reader again, under another session A holds.
-        assert _wait_for(lambda: len(_spids(db)) == 1 and _spids(db)[0] in _session_holders(db), 10), (
+        assert holds_within(lambda: len(_spids(db)) == 1 and _spids(db)[0] in _session_holders(db), 10), (
             _spids(db), children.stderr("A"))
         assert _spids(db) != [spid]
         assert "restored" in children.stderr("A")
         assert children.readers() == (1, 1)
         # No second reader is started: the restored row counts.
-        assert not _wait_for(lambda: children.readers()[1] > 1, 2)
+        assert not holds_within(lambda: children.readers()[1] > 1, 2)
     finally:
         children.stop()
         db.dispose()

@@ -301,9 +301,12 @@ def exact_number(value: Any, type_name: str) -> Decimal:
 def _decimal(value: Any, target: TypeName) -> Decimal:
     """``value`` as DECIMAL(p, s) (18, 0 when not given), MONEY or SMALLMONEY: rounded to
     the scale, 8115 when it has more whole digits than the type holds."""
-    if isinstance(value, str) and _NUMBER_TEXT.fullmatch(value) is None:
-        raise _not_a_number(value, target.name)
-    number = exact_number(value, target.name)
+    try:
+        number = exact_number(value, target.name)
+    except SqlError as failure:  # text that is no number: CAST's own 8114, not arithmetic's 245
+        if not isinstance(value, str) or failure.number != CONVERSION_FAILED:
+            raise
+        raise _not_a_number(value, target.name) from None
     precision, scale = _EXACT_SHAPES.get(target.name) or (target.length or 18, target.scale or 0)
     try:
         # SQL Server rounds half away from zero (Python's default is to the even digit).

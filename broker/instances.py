@@ -41,9 +41,11 @@ from broker.storage.context import TxContext
 from broker.storage.engine import parse_url
 from broker.storage.models import InstanceDatabase
 from broker.storage.served import read_in, run_in
+from broker.storage.urls import sqlite_file
 
 log = logging.getLogger("broker")
 FIRST_DATABASE_ID = 5  # SQL Server's system databases take 1 to 4 (msdb is 4)
+INACCESSIBLE_FILES = 945  # SQL Server: "cannot be opened due to inaccessible files"
 _members = cast(Table, InstanceDatabase.__table__)
 
 
@@ -133,7 +135,8 @@ class Instance:
         run_in(self.msdb, lambda ctx: mirroring.record_role(ctx, name, role, guid))
 
     def database(self, name: str) -> Broker:
-        """The member database called ``name`` (911 if there is none)."""
+        """The member database called ``name`` (911 if there is none; 945 for a SQLite
+        member whose file is gone, which is not made again empty)."""
         name = arguments.object_name(name, "database")
         with self._lock:
             opened = self._open.get(name)
@@ -142,6 +145,11 @@ class Instance:
         row = self._row(name)
         if row is None:
             raise BrokerError(911, f"Database '{name}' does not exist. Make sure that the name is entered correctly.")
+        path = sqlite_file(make_url(row.url))
+        if path is not None and not os.path.exists(path):  # opening it would make an empty one
+            raise BrokerError(INACCESSIBLE_FILES, f"Database '{name}' cannot be opened due to inaccessible files: "
+                                                  f"'{path}' is not there. Put the file back, or remove the "
+                                                  "database from the instance.")
         database = self._member(connect(row.url))
         with self._lock:
             return self._open.setdefault(name, database)

@@ -14,6 +14,7 @@ import traceback
 import click
 
 from broker.errors import DATABASE_FAILURE, BrokerError
+from broker.storage.driver_errors import as_broker_error
 
 # What click (8.2 and later) raises for ``broker`` or ``broker create`` alone.
 _BARE_COMMAND = getattr(click.exceptions, "NoArgsIsHelpError", ())
@@ -46,8 +47,10 @@ def report(exc: Exception, *, debug: bool) -> int:
 
 def describe(exc: Exception) -> str:
     """The line for a failure that is not click's: numbered when it is the broker's."""
-    if _is_database_failure(exc):
-        exc = BrokerError(DATABASE_FAILURE, reason=_joined(str(getattr(exc, "orig", None) or exc)))
+    if _is_database_failure(exc):  # SQL Server's number where there is one, else every line of the driver's
+        numbered = as_broker_error(exc)
+        exc = numbered if numbered.number != DATABASE_FAILURE else BrokerError(
+            DATABASE_FAILURE, reason=_joined(str(getattr(exc, "orig", None) or exc)))
     if isinstance(exc, BrokerError):
         return f"error {exc.number}: {exc.message}" if exc.number else f"error: {exc.message}"
     if isinstance(exc, OSError):

@@ -101,7 +101,8 @@ def test_current_and_downgrade_create_no_database(missing_url: str, tmp_path: Pa
                         "name is entered correctly (broker init creates a database).")
         assert list(tmp_path.iterdir()) == []  # no database, -wal, -shm, -lock, -runtimes, nor out.jsonl
     else:  # the server refuses: a PostgreSQL database is never created
-        assert line.startswith("error 59020: ") and "does not exist" in line, line
+        name = make_url(missing_url).database
+        assert line.startswith(f'error 4060: Cannot open database "{name}" requested by the login.'), line
     assert not database_exists(missing_url)
 
 

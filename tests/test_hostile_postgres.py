@@ -214,6 +214,18 @@ def test_a_sql_ascii_database_is_refused_with_a_number(postgres_databases, db_ur
         postgres_databases.drop(name)
 
 
+@postgres_only
+def test_a_database_or_role_the_server_does_not_have_is_4060_or_18456(db_url: str) -> None:
+    """A refused connect carries no SQLSTATE: both were 59020 with the driver's words."""
+    missing = make_url(db_url).set(database=f"broker_missing_{uuid.uuid4().hex[:8]}")
+    stranger = make_url(db_url).set(username=f"broker_nobody_{uuid.uuid4().hex[:8]}")
+    for url, number, words in ((missing, 4060, f'Cannot open database "{missing.database}" requested by the login.'),
+                               (stranger, 18456, f"Login failed for user '{stranger.username}'.")):
+        with pytest.raises(broker.BrokerError) as refused:
+            broker.connect(url.render_as_string(hide_password=False))
+        assert refused.value.number == number and words in refused.value.message, refused.value.message
+
+
 # -- connect: SQLite file names (met while comparing) --------------------------------------
 
 

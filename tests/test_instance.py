@@ -6,8 +6,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 import broker
+from cli.main import cli
 
 
 @pytest.fixture
@@ -92,6 +94,24 @@ def test_the_instance_remembers_its_databases(tmp_path: Path, monkeypatch: pytes
         assert again.database("Relative").catalog("sys.routes")[0]["name"] == "AutoCreatedLocal"
     finally:
         again.dispose()
+
+
+def test_a_member_whose_file_is_gone_is_945_and_not_made_again_empty(tmp_path: Path) -> None:
+    inst = broker.instance(f"sqlite:///{tmp_path / 'instance.db'}")
+    inst.add_database("Gone", f"sqlite:///{tmp_path / 'gone.db'}")
+    inst.dispose()
+    (tmp_path / "gone.db").unlink()
+    again = broker.instance(f"sqlite:///{tmp_path / 'instance.db'}")
+    try:
+        with pytest.raises(broker.BrokerError) as raised:
+            again.database("Gone")
+        assert raised.value.number == 945 and "gone.db" in str(raised.value)
+        assert not (tmp_path / "gone.db").exists()
+    finally:
+        again.dispose()
+    result = CliRunner().invoke(cli, ["--instance", f"sqlite:///{tmp_path / 'instance.db'}", "status"])
+    assert result.exit_code != 0 and "945" in result.output
+    assert not (tmp_path / "gone.db").exists()
 
 
 def _stored(db: broker.Broker) -> str:

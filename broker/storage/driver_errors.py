@@ -9,6 +9,8 @@ project's own ``DATABASE_FAILURE``. The driver's exception stays the ``__cause__
 
 from __future__ import annotations
 
+import re
+
 from broker.errors import DATABASE_FAILURE, BrokerError
 
 # SQLite's primary result codes (sqlite3 errors carry ``sqlite_errorcode``; the low byte
@@ -55,6 +57,9 @@ def as_broker_error(exc: BaseException) -> BrokerError:
     if state is None and type(driver).__name__ == "ConnectionTimeout":  # psycopg's connect_timeout ran out
         return BrokerError(CONNECT_TIMED_OUT, f"The database server did not answer within the connect timeout. "
                                               f"({detail})")
+    refused = _login_refusal(detail) if state is None else None
+    if refused is not None:
+        return refused
     if getattr(exc, "connection_invalidated", False) or (state is None and _psycopg_connection_failure(driver)):
         number, text = _POSTGRES_NUMBERS["08"]  # the connection broke: the server sent no SQLSTATE
         return BrokerError(number, f"{text} ({detail})")
@@ -64,6 +69,27 @@ def as_broker_error(exc: BaseException) -> BrokerError:
                 number, text = _POSTGRES_NUMBERS[prefix]
                 return BrokerError(number, f"{text} ({detail})")
     return BrokerError(DATABASE_FAILURE, reason=detail)
+
+
+# A connection the server refused carries no SQLSTATE (libpq has no result to give one):
+# the server's words say which. SQL Server's numbers for the same refusals; a server that
+# speaks another language keeps 59020 and its own words.
+_LOGIN_REFUSALS = (
+    (re.compile(r'FATAL:\s+database "(?P<name>.*)" does not exist'),
+     4060, 'Cannot open database "{name}" requested by the login. The login failed.'),
+    (re.compile(r'FATAL:\s+role "(?P<name>.*)" does not exist'), 18456, "Login failed for user '{name}'."),
+    (re.compile(r'FATAL:\s+password authentication failed for user "(?P<name>.*)"'),
+     18456, "Login failed for user '{name}'."),
+)
+
+
+def _login_refusal(detail: str) -> BrokerError | None:
+    """4060 or 18456 for a PostgreSQL server that refused to open a connection, else None."""
+    for pattern, number, text in _LOGIN_REFUSALS:
+        found = pattern.search(detail)
+        if found is not None:
+            return BrokerError(number, f"{text.format(name=found['name'])} ({detail})")
+    return None
 
 
 def _psycopg_connection_failure(driver: BaseException) -> bool:

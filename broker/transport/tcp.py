@@ -417,6 +417,13 @@ class TcpEndpoint:
 
     async def _close_all(self) -> None:
         if self._server is not None:
+            # Stop accepting, and let the connections just accepted make their transports
+            # before the server closes: one made after (Python 3.11) fails in the server's
+            # bookkeeping, and asyncio drops it with its socket open.
+            loop = asyncio.get_running_loop()
+            for sock in self._server.sockets:
+                loop.remove_reader(sock.fileno())
+            await asyncio.sleep(0)
             self._server.close()
         live = list(self._live)
         for connection in live:

@@ -47,7 +47,7 @@ def error(session: Session, script: str) -> tuple[int, str]:
     return raised.value.number, raised.value.message
 
 
-MOMENT = "CAST('2020-01-02 09:05:06.789' AS DATETIME)"
+MOMENT = "CAST('2020-01-02 09:05:06.787' AS DATETIME)"
 
 
 # -- datetime to text ----------------------------------------------------------------------------
@@ -63,20 +63,44 @@ MOMENT = "CAST('2020-01-02 09:05:06.789' AS DATETIME)"
     (6, "02 Jan 20"), (106, "02 Jan 2020"),
     (7, "Jan 02, 20"), (107, "Jan 02, 2020"),
     (8, "09:05:06"), (24, "09:05:06"), (108, "09:05:06"),
-    (9, "Jan  2 2020  9:05:06:789AM"), (109, "Jan  2 2020  9:05:06:789AM"),
+    (9, "Jan  2 2020  9:05:06:787AM"), (109, "Jan  2 2020  9:05:06:787AM"),
     (10, "01-02-20"), (110, "01-02-2020"),
     (11, "20/01/02"), (111, "2020/01/02"),
     (12, "200102"), (112, "20200102"),
-    (13, "02 Jan 2020 09:05:06:789"), (113, "02 Jan 2020 09:05:06:789"),
-    (14, "09:05:06:789"), (114, "09:05:06:789"),
+    (13, "02 Jan 2020 09:05:06:787"), (113, "02 Jan 2020 09:05:06:787"),
+    (14, "09:05:06:787"), (114, "09:05:06:787"),
     (20, "2020-01-02 09:05:06"), (120, "2020-01-02 09:05:06"),
-    (21, "2020-01-02 09:05:06.789"), (25, "2020-01-02 09:05:06.789"), (121, "2020-01-02 09:05:06.789"),
+    (21, "2020-01-02 09:05:06.787"), (25, "2020-01-02 09:05:06.787"), (121, "2020-01-02 09:05:06.787"),
     (22, "01/02/20  9:05:06 AM"),
     (23, "2020-01-02"),
-    (126, "2020-01-02T09:05:06.789"), (127, "2020-01-02T09:05:06.789"),
+    (126, "2020-01-02T09:05:06.787"), (127, "2020-01-02T09:05:06.787"),
 ])
 def test_a_datetime_is_written_in_each_documented_style(session: Session, style: int, text: str) -> None:
     assert value(session, f"CONVERT(VARCHAR(40), {MOMENT}, {style})") == text
+
+
+@pytest.mark.parametrize(("given", "kept"), [
+    ("10:00:00.000", "10:00:00.000"), ("10:00:00.001", "10:00:00.000"), ("10:00:00.002", "10:00:00.003"),
+    ("10:00:00.004", "10:00:00.003"), ("10:00:00.005", "10:00:00.007"), ("10:00:00.990", "10:00:00.990"),
+    ("10:00:00.991", "10:00:00.990"), ("10:00:00.994", "10:00:00.993"), ("10:00:00.995", "10:00:00.997"),
+    ("10:00:00.998", "10:00:00.997"), ("23:59:59.999", "00:00:00.000"),
+])
+def test_a_datetime_keeps_three_hundredths_of_a_second(session: Session, given: str, kept: str) -> None:
+    """DATETIME's accuracy: "rounded to increments of .000, .003, or .007 seconds"."""
+    day = "2020-01-02" if given.startswith("23") else "2020-01-01"
+    assert value(session, f"CONVERT(VARCHAR(30), CAST('2020-01-01 {given}' AS DATETIME), 121)") == f"{day} {kept}"
+
+
+def test_datetimes_that_keep_the_same_tick_are_equal_and_smalldatetime_keeps_minutes(session: Session) -> None:
+    assert value(session, "IIF(CAST('2020-01-01 10:00:00.996' AS DATETIME) = '2020-01-01 10:00:00.997', 1, 0)") == 1
+    assert value(session, "CONVERT(VARCHAR(16), CAST('2020-01-01 10:00:29.998' AS SMALLDATETIME), 120)") == \
+        "2020-01-01 10:00"
+    assert value(session, "CONVERT(VARCHAR(16), CAST('2020-01-01 10:00:29.999' AS SMALLDATETIME), 120)") == \
+        "2020-01-01 10:01"
+    assert value(session, "GETDATE()").microsecond % 1000 == 0
+    with pytest.raises(SqlError) as refused:
+        value(session, "CAST('9999-12-31 23:59:59.999' AS DATETIME)")  # rounds past the last day
+    assert refused.value.number == 242
 
 
 def test_iso_8601_leaves_out_zero_milliseconds_and_the_afternoon_is_pm(session: Session) -> None:

@@ -559,10 +559,10 @@ def aggregate_key(call: n.Call) -> str:
 _FUNCTIONS: dict[str, tuple[range | None, Callable[[Session, list[Any]], Any]]] = {
     "NEWID": (_NONE, lambda _s_, _a: uuid.uuid4()),
     "GETDATE": (_NONE, lambda _s_, _a: moments.now()),
-    "SYSDATETIME": (_NONE, lambda _s_, _a: moments.now()),
+    "SYSDATETIME": (_NONE, lambda _s_, _a: moments.now("DATETIME2")),
     "CURRENT_TIMESTAMP": (_NONE, lambda _s_, _a: moments.now()),
     "GETUTCDATE": (_NONE, lambda _s_, _a: moments.utc_now()),
-    "SYSUTCDATETIME": (_NONE, lambda _s_, _a: moments.utc_now()),
+    "SYSUTCDATETIME": (_NONE, lambda _s_, _a: moments.utc_now("DATETIME2")),
     "CHAR": (_ONE, _text_or_none(lambda v: _character(v, 255))),
     "NCHAR": (_ONE, _text_or_none(lambda v: _character(v, 0x10FFFF))),
     "ASCII": (_ONE, _text_or_none(lambda v: ord(_s(v)[0]) if _s(v) else None)),

@@ -33,8 +33,7 @@ def moment(value: Any, name: str) -> datetime:
         if parsed is not None:
             low, high = _DATETIME_RANGES.get(name, (datetime.min, datetime.max))
             if not low <= parsed <= high:
-                raise SqlError(OUT_OF_RANGE_DATE, "The conversion of a nvarchar data type to a "
-                                                  f"{name.lower()} data type resulted in an out-of-range value.")
+                raise _out_of_range(name)
             return parsed
     if isinstance(value, (int, float, Decimal)):
         try:
@@ -45,6 +44,12 @@ def moment(value: Any, name: str) -> datetime:
 
 
 OUT_OF_RANGE_DATE = 242
+
+
+def _out_of_range(name: str) -> SqlError:
+    return SqlError(OUT_OF_RANGE_DATE, f"The conversion of a nvarchar data type to a {name.lower()} data type "
+                                       "resulted in an out-of-range value.")
+
 _DATETIME_RANGES = {"DATETIME": (datetime(1753, 1, 1), datetime.max),
                     "SMALLDATETIME": (datetime(1900, 1, 1), datetime(2079, 6, 6, 23, 59, 59))}
 # Dates and times as SQL Server reads them from text (us_english, DATEFORMAT mdy): ISO
@@ -113,10 +118,31 @@ def waitfor_time(value: Any, *, delay: bool) -> timedelta:
     return at - datetime.combine(at.date(), datetime.min.time())
 
 
-def now() -> datetime:
-    """GETDATE(): local time without a zone, like SQL Server's datetime."""
-    return datetime.now()
+def now(name: str = "DATETIME") -> datetime:
+    """GETDATE() (a DATETIME) or SYSDATETIME() (``name`` DATETIME2): local time without a zone."""
+    return kept(datetime.now(), name)
 
 
-def utc_now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
+def utc_now(name: str = "DATETIME") -> datetime:
+    """GETUTCDATE() (a DATETIME) or SYSUTCDATETIME() (``name`` DATETIME2)."""
+    return kept(datetime.now(UTC).replace(tzinfo=None), name)
+
+
+def kept(moment: datetime, name: str) -> datetime:
+    """``moment`` as type ``name`` keeps it: a DATETIME in 1/300 s, shown in milliseconds as
+    .000, .003 or .007 (the nearest, half up: .999 is the next second), a SMALLDATETIME in
+    minutes (29.999 s and more round up); the others as they are. 242 when rounding up
+    passes the type's last moment."""
+    try:
+        if name == "DATETIME":
+            ticks = (moment.microsecond * 3 + 5000) // 10_000  # the nearest 1/300 s
+            moment = moment.replace(microsecond=0) + timedelta(milliseconds=(ticks * 10 + 1) // 3)
+        elif name == "SMALLDATETIME":
+            up = moment.second * 1000 + moment.microsecond // 1000 >= 29_999
+            moment = moment.replace(second=0, microsecond=0) + timedelta(minutes=up)
+    except OverflowError:  # past 9999-12-31
+        raise _out_of_range(name) from None
+    low, high = _DATETIME_RANGES.get(name, (datetime.min, datetime.max))
+    if not low <= moment <= high:
+        raise _out_of_range(name)
+    return moment

@@ -418,7 +418,7 @@ def _datetime(value: Any, name: str) -> datetime:
     moment = moments.moment(value, name)
     if name == "DATE":
         return Date(moment.year, moment.month, moment.day)
-    return datetime.combine(moment.date(), moment.time())  # not a Date: a DATETIME has its time
+    return moments.kept(datetime.combine(moment.date(), moment.time()), name)  # not a Date: it has its time
 
 
 def written(value: Any) -> str:

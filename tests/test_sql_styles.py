@@ -98,6 +98,8 @@ def test_datetimes_that_keep_the_same_tick_are_equal_and_smalldatetime_keeps_min
     assert value(session, "CONVERT(VARCHAR(16), CAST('2020-01-01 10:00:29.999' AS SMALLDATETIME), 120)") == \
         "2020-01-01 10:01"
     assert value(session, "GETDATE()").microsecond % 1000 == 0
+    precise = "CAST('2020-01-01 10:00:00.000001' AS DATETIME2)"  # DATEADD and DATEDIFF keep a DATETIME2's
+    assert value(session, f"DATEDIFF(microsecond, {precise}, DATEADD(microsecond, 4, {precise}))") == 4
     with pytest.raises(SqlError) as refused:
         value(session, "CAST('9999-12-31 23:59:59.999' AS DATETIME)")  # rounds past the last day
     assert refused.value.number == 242

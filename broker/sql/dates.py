@@ -14,8 +14,8 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from broker.sql import moments, values
 from broker.sql import nodes as n
-from broker.sql import values
 from broker.sql.errors import SqlError, overflow
 
 _DATETIME = n.TypeName("DATETIME")
@@ -56,7 +56,7 @@ def dateadd(part: str, amount: Any, moment: Any) -> datetime:
     result is outside the datetime range."""
     unit = _part(part, "dateadd")
     count = values.convert(_truncated(amount), n.TypeName("INT"))
-    start: datetime = values.convert(moment, _DATETIME)
+    start = _moment(moment)
     try:
         if unit in _MONTHS:
             month_index = start.year * 12 + start.month - 1 + count * _MONTHS[unit]
@@ -79,8 +79,7 @@ def datediff(part: str, first: Any, second: Any) -> int:
     """How many ``part`` boundaries lie between ``first`` and ``second`` (negative when
     ``second`` is earlier); 535 when that does not fit in an int."""
     unit = _part(part, "datediff")
-    a: datetime = values.convert(first, _DATETIME)
-    b: datetime = values.convert(second, _DATETIME)
+    a, b = _moment(first), _moment(second)
     if unit in _MONTHS:
         step = _MONTHS[unit]
         result = (b.year * 12 + b.month - 1) // step - (a.year * 12 + a.month - 1) // step
@@ -94,6 +93,15 @@ def datediff(part: str, first: Any, second: Any) -> int:
         raise SqlError(535, "The datediff function resulted in an overflow. The number of dateparts separating "
                             "two date/time instances is too large. Try to use datediff with a less precise datepart.")
     return result
+
+
+def _moment(value: Any) -> datetime:
+    """A date argument: a datetime as it is (a DATETIME2 keeps its microseconds), text or a
+    number read as a DATETIME, as SQL Server types them."""
+    if isinstance(value, datetime) and not isinstance(value, values.Date):
+        return moments.naive(value)
+    converted: datetime = values.convert(value, _DATETIME)
+    return converted
 
 
 def _part(part: str, function: str) -> str:

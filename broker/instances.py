@@ -38,10 +38,9 @@ from broker.errors import MISSING_OPTION, BrokerError, InvalidArgumentError
 from broker.runtime.instance import InstanceRuntime
 from broker.runtime.runner import DEFAULT_POLL_S
 from broker.storage.context import TxContext
-from broker.storage.engine import parse_url
+from broker.storage.engine import missing_file, parse_url
 from broker.storage.models import InstanceDatabase
 from broker.storage.served import read_in, run_in
-from broker.storage.urls import sqlite_file
 
 log = logging.getLogger("broker")
 FIRST_DATABASE_ID = 5  # SQL Server's system databases take 1 to 4 (msdb is 4)
@@ -61,6 +60,7 @@ class Instance:
     def __init__(self, catalog: Broker) -> None:
         self.msdb = catalog
         self._open: dict[str, Broker] = {}
+        self._inaccessible: set[str] = set()  # members left out for a file that is gone (logged once)
         self._lock = threading.Lock()
 
     # -- databases --------------------------------------------------------------------
@@ -145,8 +145,8 @@ class Instance:
         row = self._row(name)
         if row is None:
             raise BrokerError(911, f"Database '{name}' does not exist. Make sure that the name is entered correctly.")
-        path = sqlite_file(make_url(row.url))
-        if path is not None and not os.path.exists(path):  # opening it would make an empty one
+        path = missing_file(make_url(row.url))
+        if path is not None:  # opening it would make an empty one
             raise BrokerError(INACCESSIBLE_FILES, f"Database '{name}' cannot be opened due to inaccessible files: "
                                                   f"'{path}' is not there. Put the file back, or remove the "
                                                   "database from the instance.")
@@ -156,10 +156,25 @@ class Instance:
 
     @property
     def databases(self) -> dict[str, Broker]:
-        """Every member database, by name."""
+        """Every member database, by name, but a SQLite member whose file is gone: it is
+        left out, its 945 logged once, and the others are served (SQL Server marks such a
+        database RECOVERY_PENDING and goes on with the rest)."""
         names = read_in(self.msdb, 
             lambda ctx: list(ctx.conn.execute(select(_members.c.name).order_by(_members.c.database_id)).scalars()))
-        return {name: self.database(name) for name in names}
+        return {name: database for name in names if (database := self._member_if_there(name)) is not None}
+
+    def _member_if_there(self, name: str) -> Broker | None:
+        """The member ``name``, or None for a SQLite member whose file is gone (its 945
+        logged the first time)."""
+        try:
+            return self.database(name)
+        except BrokerError as failure:
+            if failure.number != INACCESSIBLE_FILES:
+                raise
+            if name not in self._inaccessible:
+                self._inaccessible.add(name)
+                log.warning("error %d: %s", failure.number, failure.message)
+            return None
 
     # -- routes (msdb.sys.routes) --------------------------------------------------------
 
@@ -344,9 +359,10 @@ class Instance:
         return [member.database for member in self._roles() if member.role != mirroring.MIRROR]
 
     def _roles(self) -> list[_Member]:
-        """Every member and its mirroring role here, read from the member (the truth). A
-        principal the member does not name yet is named; the instance catalog's copy of
-        a role that changed (a failover run on the partner's instance) is brought in step."""
+        """Every member (but one whose file is gone) and its mirroring role here, read from
+        the member (the truth). A principal the member does not name yet is named; the
+        instance catalog's copy of a role that changed (a failover run on the partner's
+        instance) is brought in step."""
         def read(ctx: TxContext) -> tuple[uuid.UUID, list[Any]]:
             columns = (_members.c.name, _members.c.mirroring_role, _members.c.mirroring_guid)
             return ctx.catalog.broker_guid, list(ctx.conn.execute(select(*columns).order_by(_members.c.database_id)))
@@ -354,7 +370,9 @@ class Instance:
         me, rows = read_in(self.msdb, read)
         members = []
         for row in rows:
-            database = self.database(row.name)
+            database = self._member_if_there(row.name)
+            if database is None:
+                continue
             session = run_in(database, mirroring.mirroring)
             if session.principal is None and session.role_of(me) == mirroring.PRINCIPAL:
                 session = run_in(database, partial(mirroring.name_principal, instance=me))

@@ -96,9 +96,11 @@ def test_the_instance_remembers_its_databases(tmp_path: Path, monkeypatch: pytes
         again.dispose()
 
 
-def test_a_member_whose_file_is_gone_is_945_and_not_made_again_empty(tmp_path: Path) -> None:
+def test_a_member_whose_file_is_gone_is_945_and_the_others_are_served(tmp_path: Path,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
     inst = broker.instance(f"sqlite:///{tmp_path / 'instance.db'}")
     inst.add_database("Gone", f"sqlite:///{tmp_path / 'gone.db'}")
+    inst.add_database("Kept", f"sqlite:///{tmp_path / 'kept.db'}")
     inst.dispose()
     (tmp_path / "gone.db").unlink()
     again = broker.instance(f"sqlite:///{tmp_path / 'instance.db'}")
@@ -106,11 +108,15 @@ def test_a_member_whose_file_is_gone_is_945_and_not_made_again_empty(tmp_path: P
         with pytest.raises(broker.BrokerError) as raised:
             again.database("Gone")
         assert raised.value.number == 945 and "gone.db" in str(raised.value)
-        assert not (tmp_path / "gone.db").exists()
+        assert list(again.databases) == ["Kept"]  # not made again empty, and not in the others' way
+        assert [row["name"] for row in again.catalog("sys.databases")] == ["Kept"]
+        assert [r.getMessage() for r in caplog.records].count(f"error 945: {raised.value.message}") == 1
+        with again.runtime() as runtime:
+            assert [r.db for r in runtime.runtimes] == [again.database("Kept")]
     finally:
         again.dispose()
     result = CliRunner().invoke(cli, ["--instance", f"sqlite:///{tmp_path / 'instance.db'}", "status"])
-    assert result.exit_code != 0 and "945" in result.output
+    assert result.exit_code == 0, result.output
     assert not (tmp_path / "gone.db").exists()
 
 

@@ -100,6 +100,26 @@ def test_datetimes_that_keep_the_same_tick_are_equal_and_smalldatetime_keeps_min
     assert value(session, "GETDATE()").microsecond % 1000 == 0
     precise = "CAST('2020-01-01 10:00:00.000001' AS DATETIME2)"  # DATEADD and DATEDIFF keep a DATETIME2's
     assert value(session, f"DATEDIFF(microsecond, {precise}, DATEADD(microsecond, 4, {precise}))") == 4
+
+
+@pytest.mark.parametrize(("expression", "expected"), [
+    ("DATEDIFF(millisecond, '2020-01-01 00:00:00.000', '2020-01-01 00:00:00.001')", 1),  # text is a datetime2
+    ("DATEDIFF(second, '2020-01-01 00:00:00.999', '2020-01-01 00:00:01')", 1),
+    ("DATEDIFF(day, 0, '2020-01-02')", 43830),  # a number of days is a datetime
+    ("DATEADD(millisecond, -1, '2020-01-02')", datetime(2020, 1, 2)),  # text is a datetime, and so the result
+    ("DATEADD(millisecond, -2, '2020-01-02')", datetime(2020, 1, 1, 23, 59, 59, 997000)),
+])
+def test_dateadd_and_datediff_read_text_as_sql_server_types_it(session: Session, expression: str,
+                                                                expected: Any) -> None:
+    assert value(session, expression) == expected
+
+
+@pytest.mark.parametrize("expression", ["CAST(-53691 AS DATETIME)", "CAST(-1 AS SMALLDATETIME)",
+                                        "CAST(65536 AS SMALLDATETIME)"])
+def test_a_number_of_days_outside_the_range_is_8115(session: Session, expression: str) -> None:
+    with pytest.raises(SqlError) as refused:
+        value(session, expression)
+    assert refused.value.number == 8115
     with pytest.raises(SqlError) as refused:
         value(session, "CAST('9999-12-31 23:59:59.999' AS DATETIME)")  # rounds past the last day
     assert refused.value.number == 242

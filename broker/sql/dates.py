@@ -19,6 +19,7 @@ from broker.sql import nodes as n
 from broker.sql.errors import SqlError, overflow
 
 _DATETIME = n.TypeName("DATETIME")
+_DATETIME2 = n.TypeName("DATETIME2")
 _INT_MIN, _INT_MAX = -2**31, 2**31 - 1
 
 # Each datepart's abbreviations, as SQL Server spells them, to one name.
@@ -56,7 +57,7 @@ def dateadd(part: str, amount: Any, moment: Any) -> datetime:
     result is outside the datetime range."""
     unit = _part(part, "dateadd")
     count = values.convert(_truncated(amount), n.TypeName("INT"))
-    start = _moment(moment)
+    start = _moment(moment, _DATETIME)
     try:
         if unit in _MONTHS:
             month_index = start.year * 12 + start.month - 1 + count * _MONTHS[unit]
@@ -72,6 +73,8 @@ def dateadd(part: str, amount: Any, moment: Any) -> datetime:
             raise SqlError(9810, f"The datepart {unit} is not supported by date function dateadd for data "
                                  "type date.")
         return values.Date(moved.year, moved.month, moved.day)
+    if not isinstance(moment, datetime):  # text or a number: the DATETIME it was read as
+        return moments.kept(moved, "DATETIME")
     return moved
 
 
@@ -79,7 +82,7 @@ def datediff(part: str, first: Any, second: Any) -> int:
     """How many ``part`` boundaries lie between ``first`` and ``second`` (negative when
     ``second`` is earlier); 535 when that does not fit in an int."""
     unit = _part(part, "datediff")
-    a, b = _moment(first), _moment(second)
+    a, b = _moment(first, _DATETIME2), _moment(second, _DATETIME2)
     if unit in _MONTHS:
         step = _MONTHS[unit]
         result = (b.year * 12 + b.month - 1) // step - (a.year * 12 + a.month - 1) // step
@@ -95,12 +98,13 @@ def datediff(part: str, first: Any, second: Any) -> int:
     return result
 
 
-def _moment(value: Any) -> datetime:
-    """A date argument: a datetime as it is (a DATETIME2 keeps its microseconds), text or a
-    number read as a DATETIME, as SQL Server types them."""
+def _moment(value: Any, text_as: n.TypeName) -> datetime:
+    """A date argument: a datetime as it is (a DATETIME2 keeps its microseconds), text read
+    as ``text_as`` (DATEADD reads it as a DATETIME, DATEDIFF as a DATETIME2) and a number of
+    days as a DATETIME, as SQL Server types them."""
     if isinstance(value, datetime) and not isinstance(value, values.Date):
         return moments.naive(value)
-    converted: datetime = values.convert(value, _DATETIME)
+    converted: datetime = values.convert(value, text_as if isinstance(value, str) else _DATETIME)
     return converted
 
 

@@ -23,7 +23,7 @@ def naive(value: datetime) -> datetime:
 
 def moment(value: Any, name: str) -> datetime:
     """``value`` as a moment of type ``name``: 241 for text that is none, 242 for one
-    outside the type's range, 8115 for a number of days past year 9999."""
+    outside the type's range, 8115 for a number of days outside it."""
     if isinstance(value, datetime):
         return naive(value)
     if isinstance(value, date):
@@ -37,9 +37,13 @@ def moment(value: Any, name: str) -> datetime:
             return parsed
     if isinstance(value, (int, float, Decimal)):
         try:
-            return datetime(1900, 1, 1) + timedelta(days=float(value))
+            counted = datetime(1900, 1, 1) + timedelta(days=float(value))
         except (OverflowError, ValueError):  # beyond year 9999
             raise overflow(name) from None
+        low, high = _DATETIME_RANGES.get(name, (datetime.min, datetime.max))
+        if not low <= counted <= high:  # before 1753 (DATETIME), 1900 or after 2079 (SMALLDATETIME)
+            raise overflow(name)
+        return counted
     raise SqlError(DATE_FAILED, "Conversion failed when converting date and/or time from character string.")
 
 

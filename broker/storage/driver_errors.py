@@ -57,7 +57,7 @@ def as_broker_error(exc: BaseException) -> BrokerError:
     if state is None and type(driver).__name__ == "ConnectionTimeout":  # psycopg's connect_timeout ran out
         return BrokerError(CONNECT_TIMED_OUT, f"The database server did not answer within the connect timeout. "
                                               f"({detail})")
-    refused = _login_refusal(detail) if state is None else None
+    refused = _login_refusal(detail) if state is None and _from_psycopg(driver) else None
     if refused is not None:
         return refused
     if getattr(exc, "connection_invalidated", False) or (state is None and _psycopg_connection_failure(driver)):
@@ -92,10 +92,15 @@ def _login_refusal(detail: str) -> BrokerError | None:
     return None
 
 
+def _from_psycopg(driver: BaseException) -> bool:
+    """psycopg's OperationalError, or a kind of it."""
+    return any(kind.__module__.startswith("psycopg") and kind.__name__ == "OperationalError"
+               for kind in type(driver).__mro__)
+
+
 def _psycopg_connection_failure(driver: BaseException) -> bool:
     """psycopg's OperationalError (or a kind of it) without a SQLSTATE on a connection
     that was open: it broke (the server closed it, the network dropped it). Connecting
     that fails ("connection failed: ...": refused, no such database or role) is not a
-    lost connection, and keeps the driver's words under 59020."""
-    return any(kind.__module__.startswith("psycopg") and kind.__name__ == "OperationalError"
-               for kind in type(driver).__mro__) and not str(driver).startswith("connection failed")
+    lost connection (4060, 18456, else the driver's words under 59020)."""
+    return _from_psycopg(driver) and not str(driver).startswith("connection failed")

@@ -92,11 +92,17 @@ def existing_database(url: str, creator: str) -> URL:
     creates the file it is asked to open). ``creator`` is what the message tells to run
     instead. A PostgreSQL database is never created."""
     parsed = checked_url(url)
-    path = sqlite_file(parsed)
-    if path is not None and not os.path.exists(path):
+    path = missing_file(parsed)
+    if path is not None:
         raise BrokerError(NO_DATABASE, f"Database '{path}' does not exist. Make sure that the name is entered "
                                        f"correctly ({creator} creates a database).")
     return parsed
+
+
+def missing_file(parsed: URL) -> str | None:
+    """The path of the SQLite file ``parsed`` names when that file is not there, else None."""
+    path = sqlite_file(parsed)
+    return path if path is not None and not os.path.exists(path) else None
 
 
 def parse_url(url: object) -> URL:

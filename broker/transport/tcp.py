@@ -362,7 +362,10 @@ class TcpEndpoint:
             transport.close()
             info.closed()
             return
-        assert tls is not None
+        if tls is None:  # the connection closed while the handshake began (the endpoint stopping)
+            transport.close()
+            info.closed()
+            return
         protocol.connection_made(tls)
         writer = asyncio.StreamWriter(tls, protocol, reader, loop)
         connection = Connection(self, info, reader, writer, dialled=False, source_host=str(peer[0]))
@@ -418,12 +421,14 @@ class TcpEndpoint:
     async def _close_all(self) -> None:
         if self._server is not None:
             # Stop accepting, and let the connections just accepted make their transports
-            # before the server closes: one made after (Python 3.11) fails in the server's
-            # bookkeeping, and asyncio drops it with its socket open.
+            # (one pass) and reach _Incoming, which makes them tasks of ours (a second),
+            # before the server closes: a transport made after the close fails in the
+            # server's bookkeeping (Python 3.11), and asyncio drops it with its socket open.
             loop = asyncio.get_running_loop()
             for sock in self._server.sockets:
                 loop.remove_reader(sock.fileno())
-            await asyncio.sleep(0)
+            for _ in range(2):
+                await asyncio.sleep(0)
             self._server.close()
         live = list(self._live)
         for connection in live:

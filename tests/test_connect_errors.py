@@ -33,13 +33,17 @@ def test_an_engine_option_of_the_wrong_kind_is_59011(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(POSTGRES_URL is None, reason="BROKER_TEST_POSTGRES_URL is not set: no PostgreSQL server")
-@pytest.mark.parametrize("change", [{"port": 1}, {"database": "no_such_database_for_the_broker"},
-                                    {"username": "no_such_role_for_the_broker"}])
-def test_a_postgresql_server_that_refuses_the_connection_is_a_numbered_error(change: dict[str, object]) -> None:
+@pytest.mark.parametrize(("change", "number"), [
+    ({"port": 1}, DATABASE_FAILURE),  # nothing listens: the driver's words
+    ({"database": "no_such_database_for_the_broker"}, 4060),  # SQL Server's "Cannot open database"
+    ({"username": "no_such_role_for_the_broker"}, 18456),  # "Login failed for user"
+])
+def test_a_postgresql_server_that_refuses_the_connection_is_a_numbered_error(change: dict[str, object],
+                                                                             number: int) -> None:
     url = make_url(POSTGRES_URL or "").set(**change).render_as_string(hide_password=False)
     with pytest.raises(broker.BrokerError) as raised:
         broker.connect(url)
-    assert raised.value.number == DATABASE_FAILURE and "connection" in raised.value.message
+    assert raised.value.number == number and "connection" in raised.value.message
 
 
 def test_a_database_a_later_release_upgraded_is_948_and_left_as_it_is(tmp_path: Path) -> None:

@@ -31,8 +31,7 @@ def moment(value: Any, name: str) -> datetime:
     if isinstance(value, str):
         parsed = _parsed_moment(value)
         if parsed is not None:
-            low, high = _DATETIME_RANGES.get(name, (datetime.min, datetime.max))
-            if not low <= parsed <= high:
+            if not _in_range(parsed, name):
                 raise _out_of_range(name)
             return parsed
     if isinstance(value, (int, float, Decimal)):
@@ -40,14 +39,18 @@ def moment(value: Any, name: str) -> datetime:
             counted = datetime(1900, 1, 1) + timedelta(days=float(value))
         except (OverflowError, ValueError):  # beyond year 9999
             raise overflow(name) from None
-        low, high = _DATETIME_RANGES.get(name, (datetime.min, datetime.max))
-        if not low <= counted <= high:  # before 1753 (DATETIME), 1900 or after 2079 (SMALLDATETIME)
+        if not _in_range(counted, name):  # before 1753 (DATETIME), 1900 or after 2079 (SMALLDATETIME)
             raise overflow(name)
         return counted
     raise SqlError(DATE_FAILED, "Conversion failed when converting date and/or time from character string.")
 
 
 OUT_OF_RANGE_DATE = 242
+
+
+def _in_range(moment: datetime, name: str) -> bool:
+    low, high = _DATETIME_RANGES.get(name, (datetime.min, datetime.max))
+    return low <= moment <= high
 
 
 def _out_of_range(name: str) -> SqlError:
@@ -146,7 +149,6 @@ def kept(moment: datetime, name: str) -> datetime:
             moment = moment.replace(second=0, microsecond=0) + timedelta(minutes=up)
     except OverflowError:  # past 9999-12-31
         raise _out_of_range(name) from None
-    low, high = _DATETIME_RANGES.get(name, (datetime.min, datetime.max))
-    if not low <= moment <= high:
+    if not _in_range(moment, name):
         raise _out_of_range(name)
     return moment

@@ -359,10 +359,8 @@ class TcpEndpoint:
             refused(self, info, f"Connection handshake failed: {reason_of(failure)}")
             return
         except asyncio.CancelledError:
-            transport.close()
-            info.closed()
-            return
-        if tls is None:  # the connection closed while the handshake began (the endpoint stopping)
+            tls = None
+        if tls is None:  # cancelled, or closed as the handshake began: the endpoint is stopping
             transport.close()
             info.closed()
             return
